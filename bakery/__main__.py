@@ -1,0 +1,3 @@
+from bakery.cli import main
+
+main()

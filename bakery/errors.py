@@ -1,0 +1,45 @@
+"""Errors that end a command with a one-line message and a documented exit code.
+
+Exit codes are part of the CLI contract that pipeline hooks script against:
+0 everything built or cached, 1 some task failed, 2 configuration or usage error.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_TASK_FAILED = 1
+EXIT_USAGE = 2
+
+
+class BakeryError(Exception):
+    """An expected failure with a one-line, user-facing message."""
+
+    exit_code = EXIT_TASK_FAILED
+
+    def __init__(self, message: str, *, where: str | None = None, key: str | None = None):
+        self.message = message
+        self.where = where
+        self.key = key
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        parts = [p for p in (self.where, self.key) if p]
+        prefix = ": ".join(parts)
+        text = f"{prefix}: {self.message}" if prefix else self.message
+        return " ".join(text.split())
+
+
+class UsageError(BakeryError):
+    """Bad configuration, parameters or input files: nothing was run or written."""
+
+    exit_code = EXIT_USAGE
+
+
+class DeviceError(UsageError):
+    """No usable GPU/Vulkan device; the message says what to install."""
+
+
+class TaskError(BakeryError):
+    """A bake task failed while running; other tasks may still build."""
+
+    exit_code = EXIT_TASK_FAILED

@@ -1,0 +1,65 @@
+"""Source image reading and preview writing (PNG/JPEG/TGA/... through Pillow)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+
+from bakery.errors import UsageError
+
+_MODES = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}
+
+
+def load_image(path: str | Path, *, key: str | None = None) -> np.ndarray:
+    """Reads an 8/16-bit image as float32 [H, W, C] in [0, 1] (storage space, no sRGB decode).
+
+    Raises a one-line :class:`UsageError` naming the file for a missing or unreadable file.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError("file not found", where=str(path), key=key)
+    try:
+        with Image.open(path) as im:
+            im.load()
+            if im.mode in ("I;16", "I;16B", "I;16L", "I"):
+                a = np.asarray(im, dtype=np.float32) / 65535.0
+                return a[:, :, None]
+            if im.mode not in _MODES:
+                im = im.convert("RGBA" if "A" in im.getbands() else "RGB")
+            a = np.asarray(im, dtype=np.float32) / 255.0
+    except (UnidentifiedImageError, OSError, ValueError) as e:
+        raise UsageError(f"cannot read image ({type(e).__name__}: {e})", where=str(path), key=key) from None
+    if a.ndim == 2:
+        a = a[:, :, None]
+    if a.shape[0] < 1 or a.shape[1] < 1:
+        raise UsageError("image is empty", where=str(path), key=key)
+    return np.ascontiguousarray(a)
+
+
+def to_uint8(image: np.ndarray) -> np.ndarray:
+    """Rounds a float image in [0, 1] to 8 bits (values outside are clamped)."""
+    return (np.clip(np.asarray(image, dtype=np.float32), 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
+
+
+def encode_png(image: np.ndarray) -> bytes:
+    """PNG bytes of a float [H, W, C] image; deterministic (no timestamps, fixed zlib level)."""
+    from PIL import Image
+
+    a = to_uint8(image)
+    if a.ndim == 3 and a.shape[2] == 1:
+        a = a[:, :, 0]
+    buf = io.BytesIO()
+    Image.fromarray(a).save(buf, format="PNG", compress_level=6)
+    return buf.getvalue()
+
+
+def psnr(a: np.ndarray, b: np.ndarray, peak: float = 1.0) -> float:
+    """PSNR in dB after 8-bit quantisation of both images (the storage space)."""
+    qa = to_uint8(a).astype(np.float64) / 255.0
+    qb = to_uint8(b).astype(np.float64) / 255.0
+    mse = float(np.mean((qa - qb) ** 2))
+    return float("inf") if mse == 0 else 10.0 * np.log10(peak * peak / mse)

@@ -1,0 +1,1 @@
+"""Network descriptions, encodings and the numpy reference (no slangpy here)."""

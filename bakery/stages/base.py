@@ -1,0 +1,77 @@
+"""The stage plugin contract.
+
+A stage is a small class registered by type name (Mitsuba-style plugins). It declares
+its parameter schema, a version string (part of every cache key, bump it when outputs
+change), the Slang sources it compiles (hashed into the cache key) and a ``run`` that
+receives a :class:`StageContext`. Stage code never opens devices or writes files by
+itself: the context hands it the device, a seeded RNG, progress, a logger and the
+output writer, so the pipeline can cache, place outputs atomically and report.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Mapping, Sequence
+
+import numpy as np
+
+from bakery.stages.params import Param
+
+
+@dataclass(frozen=True)
+class StageInput:
+    """What one task reads: a named asset made of files by role, or an upstream bundle.
+
+    ``files`` maps a role (``image``, ``albedo``, ``normal``, ...) to a path. For an input
+    that is another stage's output, ``bundle`` is that task's output folder.
+    """
+
+    name: str
+    files: Mapping[str, Path] = field(default_factory=dict)
+    bundle: Path | None = None
+
+
+@dataclass
+class StageResult:
+    """What ``run`` returns: metrics for the report/manifest and extra manifest fields."""
+
+    metrics: dict[str, Any] = field(default_factory=dict)
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+
+class StageContext:
+    """Everything a stage may touch. Built by the pipeline executor or ``bakery run``."""
+
+    def __init__(self, *, device_provider: Callable[[], Any], seed: int, out: Any,
+                 progress: Callable[..., Any], log: logging.Logger):
+        self._device_provider = device_provider
+        self.seed = int(seed)
+        self.rng = np.random.default_rng(self.seed)
+        self.out = out
+        self.progress = progress
+        self.log = log
+
+    @property
+    def device(self):
+        """The shared :class:`bakery.device.Device`; opened on first use only."""
+        return self._device_provider()
+
+
+class Stage:
+    """Base class of every bake stage; subclasses are registered with :func:`register`."""
+
+    type_name: ClassVar[str] = ""
+    version: ClassVar[str] = "1"
+    description: ClassVar[str] = ""
+    params: ClassVar[Sequence[Param]] = ()
+    #: Input roles this stage accepts; ``image`` for single-texture stages.
+    input_roles: ClassVar[Sequence[str]] = ("image",)
+    #: Slang files (relative to ``slang/``) whose text goes into the cache key.
+    slang_sources: ClassVar[Sequence[str]] = ()
+    #: Whether the stage needs a GPU device at all (cache key includes the device class).
+    uses_device: ClassVar[bool] = True
+
+    def run(self, ctx: StageContext, inputs: Sequence[StageInput], params: Mapping[str, Any]) -> StageResult:
+        raise NotImplementedError

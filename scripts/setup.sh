@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what bakery needs on a fresh Debian bookworm machine (run as root) and the
+# package itself (editable, with test extras). Idempotent.
+# Without a hardware GPU driver it installs Mesa lavapipe (a CPU Vulkan device) from
+# bookworm-backports: bookworm's own Mesa 22.3 cannot create a slangpy device.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+have_hw_vulkan() {
+  # An NVIDIA/AMD/Intel ICD manifest means a hardware driver is installed.
+  ls /usr/share/vulkan/icd.d/nvidia_icd*.json /etc/vulkan/icd.d/nvidia_icd*.json \
+     /usr/local/nvidia/share/vulkan/icd.d/*.json 2>/dev/null | grep -q .
+}
+have_lavapipe() {
+  dpkg-query -W -f='${Version}\n' mesa-vulkan-drivers 2>/dev/null | grep -q 'bpo12'
+}
+
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! have_hw_vulkan && ! have_lavapipe; then
+  echo "setup: no hardware Vulkan driver; installing Mesa lavapipe from bookworm-backports" >&2
+  echo 'deb http://deb.debian.org/debian bookworm-backports main' > /etc/apt/sources.list.d/bookworm-backports.list
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq -t bookworm-backports mesa-vulkan-drivers libvulkan1 >/dev/null
+fi
+
+python3 -m pip install -q --disable-pip-version-check -e '.[test]'
