@@ -1,0 +1,89 @@
+"""One task = one stage run over one input, written atomically into one folder.
+
+Both ``bakery run`` (the one-off CLI form of a stage) and the pipeline executor call
+:func:`run_task`, so a stage behaves identically in both: parameters are checked before
+any work, outputs go to a hidden staging folder on the same filesystem and are renamed
+into place only after the manifest is complete. A crash, Ctrl-C or SIGKILL therefore
+never leaves a half-written output folder behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from bakery.errors import BakeryError, TaskError
+from bakery.stages.base import Stage, StageContext, StageInput, StageResult
+from bakery.stages.params import resolve_params
+
+
+def _no_progress(*args: Any, **kwargs: Any) -> None:
+    """Progress sink used when the caller shows none."""
+
+
+class _TrackingDeviceProvider:
+    """Wraps the caller's provider to learn whether this task actually opened the device
+    (the manifest records the device only then)."""
+
+    def __init__(self, provider: Callable[[], Any] | None):
+        self._provider = provider
+        self.device = None
+
+    def __call__(self):
+        if self._provider is None:
+            raise TaskError("this stage asked for a device but none was provided")
+        self.device = self._provider()
+        return self.device
+
+
+def staging_dir_for(out_dir: Path) -> Path:
+    """A fresh hidden folder beside ``out_dir``: same filesystem, so publishing is a rename."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.staging-", dir=out_dir.parent))
+
+
+def run_task(stage_cls: type[Stage], inputs: Sequence[StageInput], raw_params: dict, *, seed: int,
+             device_provider: Callable[[], Any] | None, out_dir: Path, log: logging.Logger,
+             progress: Callable[..., Any] | None = None, where: str | None = None) -> dict:
+    """Runs ``stage_cls`` over ``inputs`` and publishes its bundle at ``out_dir``.
+
+    Raises :class:`~bakery.errors.UsageError` for bad parameters before any work and
+    :class:`~bakery.errors.TaskError` (one line) when the stage fails; in both cases
+    ``out_dir`` is left exactly as it was. Returns the bundle manifest.
+    """
+    params = resolve_params(stage_cls.params, raw_params or {}, where=where)
+    from bakery.formats.bundle import BundleWriter, atomic_publish
+
+    out_dir = Path(out_dir)
+    staging = staging_dir_for(out_dir)
+    tracker = _TrackingDeviceProvider(device_provider)
+    try:
+        writer = BundleWriter(staging)
+        ctx = StageContext(device_provider=tracker, seed=seed, out=writer,
+                           progress=progress or _no_progress, log=log)
+        result = stage_cls().run(ctx, list(inputs), params)
+        if result is None:
+            result = StageResult()
+        device_info = tracker.device.info.to_dict() if tracker.device is not None else None
+        manifest = writer.finalize({
+            "stage": {"type": stage_cls.type_name, "version": stage_cls.version},
+            "params": params,
+            "seed": int(seed),
+            "device": device_info,
+            "metrics": dict(result.metrics),
+            **result.manifest,
+        })
+        atomic_publish(staging, out_dir)
+    except BakeryError:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    except Exception as e:  # noqa: BLE001 - any stage bug becomes a one-line task failure
+        shutil.rmtree(staging, ignore_errors=True)
+        raise TaskError(f"{type(e).__name__}: {e}", where=where) from e
+    except BaseException:  # KeyboardInterrupt, SystemExit: clean up, keep their meaning
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return manifest

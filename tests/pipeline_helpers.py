@@ -1,0 +1,245 @@
+"""Shared pieces of the pipeline tests: small pure-numpy stages (no GPU), image files and
+pipeline folders to bake. Also imported by bake subprocesses through
+``[project] plugins = ["pipeline_helpers"]`` with ``tests/`` on PYTHONPATH."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import sys
+import time
+import types
+from pathlib import Path
+
+import numpy as np
+
+
+def _ensure_bundle_module() -> None:
+    """Temporary stand-in for bakery.formats.bundle until its owner lands it (tests only)."""
+    try:
+        importlib.import_module("bakery.formats.bundle")
+        return
+    except ModuleNotFoundError:
+        pass
+    import shutil
+
+    from bakery.formats.images import encode_png
+
+    mod = types.ModuleType("bakery.formats.bundle")
+
+    class BundleWriter:
+        def __init__(self, staging_dir):
+            self.dir = Path(staging_dir)
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self.files = {}
+
+        def write_bytes(self, name, data, *, role="data"):
+            p = self.dir / name
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(data)
+            self.files[name] = {"role": role, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+            return p
+
+        def write_json(self, name, obj, *, role="data"):
+            return self.write_bytes(name, json.dumps(obj, sort_keys=True).encode(), role=role)
+
+        def write_png(self, name, image, *, role="preview"):
+            return self.write_bytes(name, encode_png(image), role=role)
+
+        def write_weights(self, name, spec, params, *, dtype="float16"):
+            return self.write_bytes(name, np.asarray(params, dtype=dtype).tobytes(), role="weights")
+
+        def finalize(self, fields):
+            manifest = {**fields, "files": [{"path": k, **v} for k, v in sorted(self.files.items())]}
+            (self.dir / "manifest.json").write_text(json.dumps(manifest, sort_keys=True, indent=1))
+            return manifest
+
+    def atomic_publish(staging_dir, final_dir):
+        staging_dir, final_dir = Path(staging_dir), Path(final_dir)
+        old = final_dir.with_name(f".{final_dir.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        if final_dir.exists():
+            os.replace(final_dir, old)
+        os.replace(staging_dir, final_dir)
+        shutil.rmtree(old, ignore_errors=True)
+
+    mod.BundleWriter, mod.atomic_publish = BundleWriter, atomic_publish
+    sys.modules["bakery.formats.bundle"] = mod
+
+
+def _ensure_builtin_stages_importable() -> None:
+    """get_stage() imports the built-in stages; until neural_texture lands, stub it (tests only)."""
+    import importlib.util
+
+    if importlib.util.find_spec("bakery.stages.neural_texture") is None:
+        sys.modules["bakery.stages.neural_texture"] = types.ModuleType("bakery.stages.neural_texture")
+
+
+
+_ensure_bundle_module()
+_ensure_builtin_stages_importable()
+
+from bakery.formats.images import load_image  # noqa: E402
+from bakery.stages import Param, Stage, StageResult, register  # noqa: E402
+
+#: How many times each test stage ran in this process, by type name.
+RUNS: dict[str, int] = {}
+
+
+def _count(name: str) -> None:
+    RUNS[name] = RUNS.get(name, 0) + 1
+
+
+@register
+class BlurStage(Stage):
+    """Box-blurs one image: a cheap, deterministic stand-in for a real bake."""
+
+    type_name = "test_blur"
+    version = "1"
+    uses_device = False
+    params = (Param("radius", int, 1, min=0, max=8), Param("gain", float, 1.0, min=0.0, max=4.0))
+
+    def run(self, ctx, inputs, params):
+        _count(self.type_name)
+        img = load_image(inputs[0].files["image"])
+        r = params["radius"]
+        out = img.copy()
+        if r:
+            pad = np.pad(img, ((r, r), (r, r), (0, 0)), mode="edge")
+            k = 2 * r + 1
+            c = pad.cumsum(0).cumsum(1)
+            c = np.pad(c, ((1, 0), (1, 0), (0, 0)))
+            out = (c[k:, k:] - c[:-k, k:] - c[k:, :-k] + c[:-k, :-k]) / (k * k)
+        out = np.clip(out * params["gain"], 0, 1)
+        ctx.progress(1, 1)
+        ctx.out.write_png("blurred.png", out)
+        return StageResult(metrics={"mean": round(float(out.mean()), 6)})
+
+
+@register
+class SummaryStage(Stage):
+    """Reads an upstream bundle (a stage input) and writes a digest of it."""
+
+    type_name = "test_summary"
+    version = "1"
+    uses_device = False
+    input_roles = ("image", "albedo")
+
+    def run(self, ctx, inputs, params):
+        _count(self.type_name)
+        src = inputs[0].bundle / "blurred.png"
+        ctx.out.write_json("summary.json", {"sha256": hashlib.sha256(src.read_bytes()).hexdigest()})
+        return StageResult()
+
+
+@register
+class MaterialStage(Stage):
+    """Averages every texture of a material: exercises multi-role assets."""
+
+    type_name = "test_material"
+    version = "1"
+    uses_device = False
+    input_roles = ("albedo", "normal", "roughness", "metalness", "ao", "height")
+
+    def run(self, ctx, inputs, params):
+        _count(self.type_name)
+        means = {role: float(load_image(p).mean()) for role, p in sorted(inputs[0].files.items())}
+        ctx.out.write_json("means.json", means)
+        return StageResult(metrics={"roles": len(means)})
+
+
+@register
+class FailStage(Stage):
+    """Always raises, like a stage with a bug."""
+
+    type_name = "test_fail"
+    version = "1"
+    uses_device = False
+
+    def run(self, ctx, inputs, params):
+        _count(self.type_name)
+        ctx.out.write_bytes("partial.bin", b"half")
+        raise RuntimeError(f"boom on {inputs[0].name}")
+
+
+@register
+class SleepStage(Stage):
+    """Writes part of its output, announces itself through $BAKERY_TEST_STARTED, then
+    sleeps: a SIGKILL lands mid-task."""
+
+    type_name = "test_sleep"
+    version = "1"
+    uses_device = False
+    params = (Param("seconds", float, 0.0, min=0.0, max=60.0), Param("tag", str, "a"))
+
+    def run(self, ctx, inputs, params):
+        _count(self.type_name)
+        ctx.out.write_bytes("data.txt", f"{inputs[0].name} {params['tag']}".encode())
+        flag = os.environ.get("BAKERY_TEST_STARTED")
+        if flag:
+            Path(flag).write_text(inputs[0].name)
+        time.sleep(params["seconds"])
+        return StageResult(metrics={"slept": params["seconds"]})
+
+
+@register
+class DeviceStage(Stage):
+    """Asks the context for a device: proves the executor opens it lazily."""
+
+    type_name = "test_device"
+    version = "1"
+    uses_device = True
+
+    def run(self, ctx, inputs, params):
+        _count(self.type_name)
+        ctx.out.write_json("device.json", {"class": ctx.device.device_class})
+        return StageResult()
+
+
+def write_image(path: Path, seed: int = 0, size: int = 16) -> Path:
+    """A small random RGB PNG."""
+    from bakery.formats.images import encode_png
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    path.write_bytes(encode_png(rng.random((size, size, 3), dtype=np.float32)))
+    return path
+
+
+BASIC_TOML = """\
+[project]
+name = "test"
+out = "out"
+cache = "cache"
+seed = 7
+plugins = ["pipeline_helpers"]
+
+[assets.photos]
+image = "src/*.png"
+
+[stages.blur]
+type = "test_blur"
+inputs = ["photos"]
+params = { radius = 1 }
+
+[stages.summary]
+type = "test_summary"
+inputs = ["stage:blur"]
+"""
+
+
+def make_project(root: Path, toml: str = BASIC_TOML, images=("a", "b", "c")) -> Path:
+    """A pipeline folder with ``src/<name>.png`` images; returns the pipeline file."""
+    for i, name in enumerate(images):
+        write_image(root / "src" / f"{name}.png", seed=i)
+    p = root / "pipeline.toml"
+    p.write_text(toml)
+    return p
+
+
+def tree_snapshot(root: Path) -> dict[str, str]:
+    """Relative path -> sha256 of every file under ``root`` (for byte-identical checks)."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
