@@ -143,7 +143,7 @@ def read_ktx2(data: bytes, *, where: str = "texture.ktx2") -> Texture:
     n_layers = max(layers, 1)
     align = _level_alignment(fmt)
     data_start = max(dfd_off + dfd_len, kvd_off + kvd_len)
-    surfaces = []
+    surfaces, end = [], 0
     for m in range(n):
         off, length, ulength = LEVEL.unpack_from(data, HEADER.size + m * LEVEL.size)
         size = fmt.level_bytes(mip_size(width, m), mip_size(height, m))
@@ -152,4 +152,7 @@ def read_ktx2(data: bytes, *, where: str = "texture.ktx2") -> Texture:
         if off % align or off < data_start or off + length > len(data):
             raise bad(f"mip {m}: offset {off} misaligned or out of range")
         surfaces.append(tuple(bytes(data[off + i * size:off + (i + 1) * size]) for i in range(n_layers)))
+        end = max(end, off + length) if m else off + length
+    if end != len(data):
+        raise bad(f"size mismatch: level data ends at {end}, file has {len(data)} bytes")
     return Texture(fmt, width, height, tuple(surfaces), is_array=layers > 0)
