@@ -1,0 +1,168 @@
+"""The one place that opens a slangpy device and compiles Slang programs.
+
+``auto`` prefers a hardware Vulkan device with cooperative vectors (the only backend on
+which CoopVec runs fast on NVIDIA), then any hardware device, then a software Vulkan
+device (Mesa lavapipe). Programs are compiled with ``BAKERY_COOPVEC`` set from the
+device's features, so code built for a device without them never names a CoopVec type.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from bakery.errors import DeviceError, UsageError
+
+#: Shader sources shipped with the repository (``slang/``); overridable for installs.
+SLANG_DIR = Path(os.environ.get("BAKERY_SLANG_DIR", Path(__file__).resolve().parent.parent / "slang"))
+
+DEVICE_KINDS = ("auto", "vulkan", "cuda", "software")
+
+INSTALL_HINT = ("no Vulkan driver found: install a GPU driver, or Mesa lavapipe on CPU-only machines "
+                "(Debian bookworm: apt-get install -t bookworm-backports mesa-vulkan-drivers; "
+                "scripts/setup.sh does this)")
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "bakery"
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    backend: str
+    adapter: str
+    cooperative_vector: bool
+    software: bool
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Device:
+    """A slangpy device plus what bakery needs to know about it."""
+
+    def __init__(self, spy_device, backend: str):
+        import slangpy as spy
+
+        self.spy = spy_device
+        self.coopvec = bool(spy_device.has_feature(spy.Feature.cooperative_vector))
+        self.info = DeviceInfo(backend=backend, adapter=spy_device.info.adapter_name,
+                               cooperative_vector=self.coopvec,
+                               software=bool(spy_device.has_feature(spy.Feature.software_device)))
+        self._programs: dict = {}
+
+    @property
+    def device_class(self) -> str:
+        """Short identity for cache keys: outputs may differ between these, never within."""
+        i = self.info
+        return f"{i.backend}:{i.adapter}:{'coopvec' if i.cooperative_vector else 'portable'}"
+
+    def defines(self) -> dict[str, str]:
+        return {"BAKERY_COOPVEC": "1" if self.coopvec else "0"}
+
+    def kernel(self, source: str, entry: str):
+        """Compiles entry point ``entry`` of a generated Slang source.
+
+        The source may ``#include`` files from ``slang/``; the backend define is prepended.
+        Modules and kernels are cached per device and source text in memory, and slangpy's
+        module and shader caches (under the cache dir) spare recompiling across processes.
+        """
+        header = "".join(f"#define {k} {v}\n" for k, v in sorted(self.defines().items()))
+        full = header + source
+        key = hashlib.sha256(full.encode()).hexdigest()[:24]
+        k = self._programs.get((key, entry))
+        if k is None:
+            module = self._programs.get(key)
+            if module is None:
+                module = self._programs[key] = self.spy.load_module_from_source(f"bakery_{key}", full)
+            program = self.spy.link_program([module], [module.entry_point(entry)])
+            k = self._programs[(key, entry)] = self.spy.create_compute_kernel(program)
+        return k
+
+    def submit(self, record) -> None:
+        """Records dispatches with ``record(encoder)`` into one command buffer and runs it."""
+        encoder = self.spy.create_command_encoder()
+        record(encoder)
+        self.spy.submit_command_buffer(encoder.finish())
+
+    def wait(self) -> None:
+        self.spy.wait_for_idle()
+
+
+def _create(kind: str, cache_dir: Path | None):
+    import slangpy as spy
+
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    type_ = {"vulkan": spy.DeviceType.vulkan, "software": spy.DeviceType.vulkan,
+             "cuda": spy.DeviceType.cuda}[kind]
+    opts = dict(type=type_, enable_hot_reload=False,
+                compiler_options={"include_paths": [str(SLANG_DIR)]},
+                shader_cache_path=str(cache / "shaders" / kind), module_cache_path=str(cache / "modules"))
+    adapters = spy.Device.enumerate_adapters(type_)
+    if not adapters:
+        raise RuntimeError(f"no {kind} adapter")
+    want_software = kind == "software"
+    # Pick the adapter: hardware first, unless software was asked for explicitly.
+    chosen = None
+    for a in adapters:
+        is_sw = "llvmpipe" in a.name.lower() or "lavapipe" in a.name.lower()
+        if is_sw == want_software:
+            chosen = a
+            break
+    if chosen is None:
+        raise RuntimeError(f"no {'software' if want_software else 'hardware'} {type_.name} adapter")
+    dev = spy.Device(adapter_luid=chosen.luid, **opts)
+    return Device(dev, "cuda" if kind == "cuda" else "vulkan")
+
+
+def _cuda_driver_present() -> bool:
+    # Probing CUDA without a driver makes slangpy print to stderr; look for it first.
+    import ctypes.util
+
+    return ctypes.util.find_library("cuda") is not None
+
+
+def _try(kind: str, cache_dir):
+    if kind == "cuda" and not _cuda_driver_present():
+        return None
+    try:
+        return _create(kind, cache_dir)
+    except Exception:  # noqa: BLE001 - absence of a backend is an expected outcome here
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def _open_cached(kind: str, cache_dir: str | None) -> Device:
+    if kind not in DEVICE_KINDS:
+        raise UsageError(f"unknown device {kind!r} (known: {', '.join(DEVICE_KINDS)})", key="--device")
+    if kind != "auto":
+        dev = _try(kind, cache_dir)
+        if dev is None:
+            raise DeviceError(f"cannot open a {kind} device; {INSTALL_HINT}", key="--device")
+        return dev
+    hw = _try("vulkan", cache_dir)
+    if hw is not None and hw.coopvec:
+        return hw
+    other = hw or _try("cuda", cache_dir) or _try("software", cache_dir)
+    if other is None:
+        raise DeviceError(INSTALL_HINT)
+    return other
+
+
+def open_device(kind: str = "auto", *, cache_dir: Path | None = None) -> Device:
+    """Opens (once per process) the device for ``kind``: auto, vulkan, cuda or software."""
+    return _open_cached(kind, str(cache_dir) if cache_dir else None)
+
+
+def list_devices(cache_dir: Path | None = None) -> list[DeviceInfo]:
+    """Every device this machine can open, for ``bakery devices``."""
+    found = []
+    for kind in ("vulkan", "cuda", "software"):
+        dev = _try(kind, cache_dir)
+        if dev is not None:
+            found.append(dev.info)
+    return found

@@ -1,0 +1,155 @@
+"""Network parameters on the device, in the form each MLP backend consumes.
+
+Portable backend: the canonical fp32 array as is, gradients as 64-bit fixed point.
+CoopVec backend: fp16 weights in the device's TrainingOptimal layout (bias vectors
+plain), fp32 gradients in the fp32 TrainingOptimal layout, fp32 master weights in
+canonical order. Optimal layouts are opaque and device-specific, so they are never
+stored: at load we learn where each canonical element lands by converting
+index-coded matrices once, and from then on moving parameters in or out is a gather.
+The optimizer state (Adam m, v) is in canonical order on both backends.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bakery.nn.network import NetworkSpec
+
+#: Units of the portable gradient accumulator (see slang/bakery/mlp_portable.slang).
+FIXED_POINT_SCALE = float(2 ** 40)
+#: Loss scale of the CoopVec backend (see slang/bakery/mlp_coopvec.slang).
+COOPVEC_LOSS_SCALE = 256.0
+
+
+def _align(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
+
+
+def _usage():
+    import slangpy as spy
+
+    return (spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access
+            | spy.BufferUsage.copy_source | spy.BufferUsage.copy_destination)
+
+
+def make_buffer(device, data: np.ndarray):
+    """A read/write device buffer initialised from ``data`` (any dtype, raw bytes)."""
+    data = np.ascontiguousarray(data)
+    return device.spy.create_buffer(size=max(data.nbytes, 16), usage=_usage(),
+                                    data=data if data.nbytes >= 16 else np.pad(data.view(np.uint8), (0, 16 - data.nbytes)))
+
+
+class ParameterStore:
+    """Owns a network's parameter, gradient and optimizer buffers on one device."""
+
+    def __init__(self, device, spec: NetworkSpec):
+        self.device = device
+        self.spec = spec
+        self.coopvec = device.coopvec
+        n = spec.param_count
+        self.adam_m = make_buffer(device, np.zeros(n, np.float32))
+        self.adam_v = make_buffer(device, np.zeros(n, np.float32))
+        if self.coopvec:
+            self._init_coopvec()
+        else:
+            self.params = make_buffer(device, np.zeros(n, np.float32))
+            self.grads = make_buffer(device, np.zeros(n, np.uint64))
+            self.grad_scale = 1.0 / FIXED_POINT_SCALE
+            self.linear_args = [f"{l.weight_offset}, {l.bias_offset}" for l in spec.layers]
+
+    # -- CoopVec layout ---------------------------------------------------------------
+    def _positions(self, rows: int, cols: int, dtype) -> tuple[np.ndarray, int]:
+        """Element position of each row-major index in the TrainingOptimal layout."""
+        import slangpy as spy
+
+        dev = self.device.spy
+        elem = spy.DataType.float16 if dtype == np.float16 else spy.DataType.float32
+        size = dev.get_coop_vec_matrix_size(rows, cols, spy.CoopVecMatrixLayout.training_optimal, elem)
+        count = size // np.dtype(dtype).itemsize
+        idx = np.arange(rows * cols)
+        # fp16 holds integers exactly only up to 2048: code the index in two digits.
+        digits = [(idx % 1024) + 1, (idx // 1024) + 1] if dtype == np.float16 else [idx + 1]
+        decoded = np.zeros(count, np.int64)
+        present = np.ones(count, bool)
+        for k, d in enumerate(digits):
+            dst = np.zeros(count, dtype)
+            dev.convert_coop_vec_matrix(dst, d.reshape(rows, cols).astype(dtype),
+                                        dst_layout=spy.CoopVecMatrixLayout.training_optimal)
+            present &= dst != 0  # padding converts to 0; every coded digit is >= 1
+            decoded += (dst.astype(np.int64) - 1) * (1024 ** k)
+        slots = np.flatnonzero(present)
+        pos = np.full(rows * cols, -1, np.int64)
+        pos[decoded[slots]] = slots
+        if (pos < 0).any() or len(slots) != rows * cols:
+            raise RuntimeError("cooperative-vector layout conversion lost elements")
+        return pos, size
+
+    def _init_coopvec(self):
+        spec = self.spec
+        weight_pos = np.zeros(spec.param_count, np.uint32)
+        grad_pos = np.zeros(spec.param_count, np.uint32)
+        w16 = g32 = 0
+        self.linear_args = []
+        for l in spec.layers:
+            wpos, wsize = self._positions(l.n_out, l.n_in, np.float16)
+            gpos, gsize = self._positions(l.n_out, l.n_in, np.float32)
+            wo, go = _align(w16, 64), _align(g32, 64)
+            bo, gbo = _align(wo + wsize, 16), _align(go + gsize, 16)
+            weight_pos[l.weight_offset:l.bias_offset] = wo + 2 * wpos
+            grad_pos[l.weight_offset:l.bias_offset] = go + 4 * gpos
+            weight_pos[l.bias_offset:l.bias_offset + l.n_out] = bo + 2 * np.arange(l.n_out)
+            grad_pos[l.bias_offset:l.bias_offset + l.n_out] = gbo + 4 * np.arange(l.n_out)
+            w16, g32 = bo + 2 * l.n_out, gbo + 4 * l.n_out
+            self.linear_args.append(f"{wo}, {bo}, {go}, {gbo}")
+        self.weight_pos_host = weight_pos
+        self.weights16 = make_buffer(self.device, np.zeros(_align(w16, 16), np.uint8))
+        self.grads32 = make_buffer(self.device, np.zeros(_align(g32, 16), np.uint8))
+        self.master = make_buffer(self.device, np.zeros(spec.param_count, np.float32))
+        self.weight_pos = make_buffer(self.device, weight_pos)
+        self.grad_pos = make_buffer(self.device, grad_pos)
+        self.grad_scale = 1.0 / COOPVEC_LOSS_SCALE
+
+    # -- moving parameters ------------------------------------------------------------
+    def upload(self, canonical: np.ndarray) -> None:
+        canonical = np.asarray(canonical, np.float32)
+        if self.coopvec:
+            self.master.copy_from_numpy(canonical)
+            w = np.zeros(self.weights16.size // 2, np.float16)
+            w[self.weight_pos_host // 2] = canonical.astype(np.float16)
+            self.weights16.copy_from_numpy(w)
+        else:
+            self.params.copy_from_numpy(canonical)
+
+    def download(self) -> np.ndarray:
+        buf = self.master if self.coopvec else self.params
+        return buf.to_numpy().view(np.float32)[: self.spec.param_count].copy()
+
+    def optimizer_state(self) -> tuple[np.ndarray, np.ndarray]:
+        n = self.spec.param_count
+        return (self.adam_m.to_numpy().view(np.float32)[:n].copy(),
+                self.adam_v.to_numpy().view(np.float32)[:n].copy())
+
+    def set_optimizer_state(self, m: np.ndarray, v: np.ndarray) -> None:
+        self.adam_m.copy_from_numpy(np.asarray(m, np.float32))
+        self.adam_v.copy_from_numpy(np.asarray(v, np.float32))
+
+    def network_vars(self) -> dict:
+        """Bindings the network's forward/backward pass reads and accumulates into."""
+        if self.coopvec:
+            return {"g_weights16": self.weights16, "g_grads32": self.grads32}
+        return {"g_params": self.params, "g_grads": self.grads}
+
+    def optimizer_vars(self) -> dict:
+        v = dict(self.network_vars(), g_adam_m=self.adam_m, g_adam_v=self.adam_v)
+        if self.coopvec:
+            v.update(g_master=self.master, g_grad_pos=self.grad_pos, g_weight_pos=self.weight_pos)
+        return v
+
+    def gradients(self) -> np.ndarray:
+        """The accumulated gradient in canonical order (d loss / d parameter); for tests."""
+        n = self.spec.param_count
+        if self.coopvec:
+            raw = self.grads32.to_numpy().view(np.uint8)
+            pos = self.grad_pos.to_numpy().view(np.uint32)[:n]
+            return raw.view(np.float32)[pos // 4] * self.grad_scale
+        return self.grads.to_numpy().view(np.int64)[:n].astype(np.float64) * self.grad_scale

@@ -1,0 +1,127 @@
+"""The training loop shared by every stage: a network, an objective that supplies the
+Slang code computing its loss, Adam, a learning-rate schedule, checkpoints.
+
+A step is two dispatches (objective backward with gradient accumulation, then Adam),
+recorded many steps at a time into one command buffer so Python never sits between
+GPU steps. Batches are drawn on the GPU from (seed, step, thread), so a run is fully
+determined by its seed - and on the portable backend reproducible bit for bit.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from bakery.nn.codegen import network_source
+from bakery.nn.network import NetworkSpec
+from bakery.nn.optimizers import Adam, learning_rate
+from bakery.nn.parameters import ParameterStore
+
+GROUP = 64  # numthreads of every objective's train_step
+
+
+class Objective(Protocol):
+    """What a stage trains a network for: the Slang objective and its buffers."""
+
+    def slang_source(self) -> str:
+        """Source after ``struct Network``: defines and the objective's ``#include``."""
+
+    def vars(self) -> dict:
+        """Buffer bindings of the objective's kernels."""
+
+    def uniforms(self, step: int, batch: int, seed: int) -> dict:
+        """The ``u`` entry-point uniforms of ``train_step`` for one step."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 1000
+    batch: int = 1 << 16
+    optimizer: Adam = field(default_factory=Adam)
+    schedule: str = "constant"
+    final_lr_ratio: float = 0.1
+    seed: int = 0
+    steps_per_submit: int = 16
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Trainer:
+    def __init__(self, device, spec: NetworkSpec, objective: Objective, config: TrainConfig,
+                 params: np.ndarray | None = None):
+        self.device, self.spec, self.objective, self.config = device, spec, objective, config
+        self.store = ParameterStore(device, spec)
+        self.store.upload(spec.init_params(config.seed) if params is None else params)
+        self.source = ('#include "bakery/mlp.slang"\n' + network_source(spec, self.store.linear_args)
+                       + objective.slang_source())
+        self._train = device.kernel(self.source, "train_step")
+        self._adam = device.kernel('#include "bakery/adam.slang"\n', "adam_step")
+        self.step = 0
+
+    def kernel(self, entry: str):
+        """Another entry point of the objective's program (e.g. its decode kernel)."""
+        return self.device.kernel(self.source, entry)
+
+    def _record_step(self, encoder) -> None:
+        c = self.config
+        threads = (c.batch + GROUP - 1) // GROUP * GROUP
+        self._train.dispatch([threads, 1, 1], vars=dict(self.store.network_vars(), **self.objective.vars()),
+                             command_encoder=encoder, u=self.objective.uniforms(self.step, c.batch, c.seed))
+        lr = learning_rate(c.schedule, c.optimizer.lr, self.step, c.steps, c.final_lr_ratio)
+        n = self.spec.param_count
+        self._adam.dispatch([n, 1, 1], vars=self.store.optimizer_vars(), command_encoder=encoder,
+                            u=c.optimizer.uniforms(self.step + 1, lr, n, self.store.grad_scale))
+        self.step += 1
+
+    def accumulate_gradients(self) -> np.ndarray:
+        """One backward pass without an update: the canonical-order gradient (for tests)."""
+        c = self.config
+        threads = (c.batch + GROUP - 1) // GROUP * GROUP
+        self.device.submit(lambda enc: self._train.dispatch(
+            [threads, 1, 1], vars=dict(self.store.network_vars(), **self.objective.vars()),
+            command_encoder=enc, u=self.objective.uniforms(self.step, c.batch, c.seed)))
+        self.device.wait()
+        return self.store.gradients()
+
+    def train(self, steps: int | None = None, progress=None) -> None:
+        """Runs up to ``steps`` more steps (default: to ``config.steps``)."""
+        end = self.config.steps if steps is None else min(self.config.steps, self.step + steps)
+        while self.step < end:
+            chunk = min(self.config.steps_per_submit, end - self.step)
+
+            def record(enc, chunk=chunk):
+                for _ in range(chunk):
+                    self._record_step(enc)
+
+            self.device.submit(record)
+            if progress is not None:
+                self.device.wait()
+                progress.update(chunk)
+        self.device.wait()
+
+    def params(self) -> np.ndarray:
+        return self.store.download()
+
+    # -- checkpoints ------------------------------------------------------------------
+    def save_checkpoint(self, path: Path) -> None:
+        """Parameters, Adam state and step, written atomically (a kill never truncates it)."""
+        m, v = self.store.optimizer_state()
+        path = Path(path)
+        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+        with open(tmp, "wb") as f:
+            np.savez(f, params=self.params(), adam_m=m, adam_v=v, step=np.int64(self.step),
+                     param_count=np.int64(self.spec.param_count))
+        os.replace(tmp, path)
+
+    def load_checkpoint(self, path: Path) -> None:
+        with np.load(path) as z:
+            if int(z["param_count"]) != self.spec.param_count:
+                raise ValueError(f"{path}: checkpoint is for a different network")
+            self.store.upload(z["params"])
+            self.store.set_optimizer_state(z["adam_m"], z["adam_v"])
+            self.step = int(z["step"])
