@@ -1,0 +1,210 @@
+"""Content-hash cache: a task's output is reused when everything that could change it is
+unchanged.
+
+Key = sha256 over: input file bytes (by role), upstream task keys, resolved params,
+seed, stage type and version, bakery version, the text of the Slang files the stage
+compiles, and the device class (only for stages that use a device, so pure-CPU stages
+never open one just to compute a key).
+
+Layout under the cache folder::
+
+    entries/<key>/bundle/...     the bundle exactly as the stage wrote it
+    entries/<key>/sums.json      size + sha256 of every bundle file; written last, so an
+                                 entry without it is incomplete (a killed bake) and ignored
+    records/<stage>/<asset>.json the key parts of the last bake of that task, to explain
+                                 *why* a task rebuilds (new, input/params/version changed)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import bakery
+
+_CHUNK = 1 << 20
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def slang_dir() -> Path:
+    """Where stage Slang sources live (the device layer's setting when it is importable)."""
+    try:
+        from bakery.device import SLANG_DIR
+        return Path(SLANG_DIR)
+    except ImportError:  # pragma: no cover - device layer missing
+        return Path(bakery.__file__).resolve().parent.parent / "slang"
+
+
+def hash_slang_sources(names: tuple[str, ...] | list[str], base: Path | None = None) -> str:
+    """sha256 over the named files' text; a missing file hashes as missing (and changes the
+    key once it appears) rather than failing here: the stage itself reports it."""
+    base = base or slang_dir()
+    h = hashlib.sha256()
+    for name in sorted(names):
+        p = base / name
+        h.update(name.encode() + b"\0")
+        h.update(p.read_bytes() if p.is_file() else b"<missing>")
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def key_parts(*, stage_type: str, stage_version: str, params: dict, seed: int,
+              inputs: dict[str, str], upstream: dict[str, str], slang: str,
+              device_class: str | None) -> dict:
+    return {
+        "stage": stage_type,
+        "stage_version": stage_version,
+        "bakery_version": bakery.__version__,
+        "params": params,
+        "seed": seed,
+        "inputs": inputs,
+        "upstream": upstream,
+        "slang": slang,
+        "device_class": device_class,
+    }
+
+
+def key_of(parts: dict) -> str:
+    return hashlib.sha256(canonical_json(parts).encode()).hexdigest()
+
+
+def why_rebuild(old: dict | None, new: dict) -> str:
+    """A short human reason: new, input changed, params changed, version changed, ..."""
+    if old is None:
+        return "new"
+    reasons = []
+    changed_roles = sorted(r for r in set(old.get("inputs", {})) | set(new["inputs"])
+                           if old.get("inputs", {}).get(r) != new["inputs"].get(r))
+    if changed_roles:
+        reasons.append(f"input changed ({', '.join(changed_roles)})")
+    if old.get("upstream") != new["upstream"]:
+        reasons.append("input changed (upstream output)")
+    if old.get("params") != new["params"]:
+        names = sorted(k for k in set(old.get("params", {})) | set(new["params"])
+                       if old.get("params", {}).get(k) != new["params"].get(k))
+        reasons.append(f"params changed ({', '.join(names)})")
+    if old.get("seed") != new["seed"]:
+        reasons.append("seed changed")
+    for k, label in (("stage_version", "stage version"), ("bakery_version", "bakery version")):
+        if old.get(k) != new[k]:
+            reasons.append(f"version changed ({label} {old.get(k)} -> {new[k]})")
+    if old.get("slang") != new["slang"]:
+        reasons.append("version changed (slang sources)")
+    if old.get("device_class") != new["device_class"]:
+        reasons.append(f"device changed ({new['device_class']})")
+    if old.get("stage") != new["stage"]:
+        reasons.append(f"stage type changed ({old.get('stage')} -> {new['stage']})")
+    return "; ".join(reasons) or "cache entry missing"
+
+
+def tree_sums(root: Path) -> dict[str, list]:
+    """relative path -> [size, sha256] for every file below ``root``."""
+    return {p.relative_to(root).as_posix(): [p.stat().st_size, sha256_file(p)]
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _write_json_atomic(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        json.dump(obj, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+@dataclass
+class EntryCheck:
+    """Result of checking a cache entry: ``ok``, or why not (``missing`` / ``corrupt``)."""
+
+    state: str  # ok | missing | corrupt
+    detail: str = ""
+
+
+class Cache:
+    """The cache folder of one pipeline."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def entry_dir(self, key: str) -> Path:
+        return self.root / "entries" / key
+
+    def bundle_dir(self, key: str) -> Path:
+        return self.entry_dir(key) / "bundle"
+
+    def record_path(self, stage: str, asset: str) -> Path:
+        return self.root / "records" / stage / f"{asset}.json"
+
+    def read_record(self, stage: str, asset: str) -> dict | None:
+        try:
+            return json.loads(self.record_path(stage, asset).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def write_record(self, stage: str, asset: str, key: str, parts: dict) -> None:
+        _write_json_atomic(self.record_path(stage, asset), {"key": key, "parts": parts})
+
+    def sums(self, key: str) -> dict | None:
+        try:
+            return json.loads((self.entry_dir(key) / "sums.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def check(self, key: str) -> EntryCheck:
+        """Verifies every file of the entry against its recorded size and sha256."""
+        sums = self.sums(key)
+        bundle = self.bundle_dir(key)
+        if sums is None or not bundle.is_dir():
+            return EntryCheck("missing")
+        for rel, (size, digest) in sums.items():
+            p = bundle / rel
+            if not p.is_file():
+                return EntryCheck("corrupt", f"{rel} is missing")
+            if p.stat().st_size != size or sha256_file(p) != digest:
+                return EntryCheck("corrupt", f"{rel} checksum mismatch")
+        extra = sorted(set(tree_sums_names(bundle)) - set(sums))
+        if extra:
+            return EntryCheck("corrupt", f"unexpected file {extra[0]}")
+        return EntryCheck("ok")
+
+    def seal(self, key: str) -> dict:
+        """Marks a freshly built entry complete by writing its checksums (last step)."""
+        sums = tree_sums(self.bundle_dir(key))
+        _write_json_atomic(self.entry_dir(key) / "sums.json", sums)
+        return sums
+
+    def discard(self, key: str) -> None:
+        shutil.rmtree(self.entry_dir(key), ignore_errors=True)
+
+
+def tree_sums_names(root: Path) -> list[str]:
+    return [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
+
+
+def output_matches(out_dir: Path, sums: dict) -> bool:
+    """True when ``out_dir`` holds exactly the entry's files, byte for byte."""
+    if not out_dir.is_dir():
+        return False
+    if sorted(tree_sums_names(out_dir)) != sorted(sums):
+        return False
+    for rel, (size, digest) in sums.items():
+        p = out_dir / rel
+        if p.stat().st_size != size or sha256_file(p) != digest:
+            return False
+    return True

@@ -1,0 +1,407 @@
+"""pipeline.toml: schema, loading and validation before any work.
+
+Every problem is reported as one line ``file:line: key: message`` and all of them are
+collected before giving up, so one edit-run cycle fixes a whole file. Nothing here
+touches a device or writes a file. The schema is documented in docs/PIPELINE.md.
+"""
+
+from __future__ import annotations
+
+import glob as globlib
+import importlib
+import re
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bakery.errors import UsageError
+from bakery.pipeline.sourcemap import SourceMap
+
+#: Texture roles an asset may declare; a material folder's files are matched by stem.
+ROLES = ("image", "albedo", "normal", "roughness", "metalness", "ao", "height",
+         "emissive", "opacity", "specular", "displacement", "mask")
+DEVICE_KINDS = ("auto", "vulkan", "cuda", "software")
+STAGE_REF = "stage:"
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+_GLOB_CHARS = set("*?[")
+_PROJECT_KEYS = {"name", "out", "cache", "device", "seed", "plugins"}
+_STAGE_KEYS = {"type", "inputs", "params", "seed", "description"}
+
+
+class ConfigError(UsageError):
+    """One or more configuration problems; ``lines`` holds one message per problem."""
+
+    def __init__(self, lines: list[str]):
+        self.lines = lines
+        more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
+        super().__init__(lines[0] + more)
+
+    def one_line(self) -> str:  # the lines are already formatted
+        return self.message
+
+
+@dataclass(frozen=True)
+class Asset:
+    """One concrete asset: a name and its files by role (absolute paths)."""
+
+    name: str
+    files: dict[str, Path]
+    declared_as: str  # the [assets.NAME] table it came from
+
+
+@dataclass
+class StageDecl:
+    """A ``[stages.NAME]`` table, with its stage class looked up and params resolved."""
+
+    name: str
+    type_name: str
+    stage_cls: type
+    inputs: list[str]
+    params: dict[str, Any]
+    seed: int
+
+    @property
+    def upstream(self) -> list[str]:
+        return [i[len(STAGE_REF):] for i in self.inputs if i.startswith(STAGE_REF)]
+
+
+@dataclass
+class Pipeline:
+    path: Path
+    root: Path
+    name: str
+    out: Path
+    cache: Path
+    device: str
+    seed: int
+    plugins: list[str]
+    assets: dict[str, list[Asset]] = field(default_factory=dict)
+    stages: dict[str, StageDecl] = field(default_factory=dict)
+    source: SourceMap | None = None
+
+    def where(self, key: str | tuple[str, ...]) -> str:
+        line = self.source.line_of(key) if self.source else None
+        return f"{display_path(self.path)}:{line or 1}"
+
+    def input_files(self) -> set[Path]:
+        return {p for insts in self.assets.values() for a in insts for p in a.files.values()}
+
+
+def display_path(p: Path) -> str:
+    """``p`` relative to the working directory when it is below it (shorter messages)."""
+    try:
+        return str(Path(p).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(p)
+
+
+class _Collector:
+    """Gathers one-line errors located by key path."""
+
+    def __init__(self, path: Path, source: SourceMap):
+        self.path, self.source, self.lines = path, source, []
+
+    def where(self, key: str) -> str:
+        return f"{display_path(self.path)}:{self.source.line_of(key) or 1}"
+
+    def add(self, key: str, message: str) -> None:
+        self.lines.append(UsageError(message, where=self.where(key), key=key).one_line())
+
+    def add_usage(self, e: UsageError) -> None:
+        """Re-locates an error raised with only a key (e.g. by resolve_params)."""
+        self.add(e.key or "", e.message) if e.key else self.lines.append(e.one_line())
+
+
+def _syntax_error(path: Path, e: tomllib.TOMLDecodeError) -> ConfigError:
+    msg = str(e)
+    m = re.search(r"\(at line (\d+), column (\d+)\)", msg)
+    if m:
+        text = msg[:m.start()].strip()
+        return ConfigError([f"{display_path(path)}:{m.group(1)}:{m.group(2)}: toml: {text}"])
+    return ConfigError([f"{display_path(path)}:1: toml: {msg}"])
+
+
+def _inside(root: Path, value: str, c: _Collector, key: str) -> Path | None:
+    p = (root / value).resolve()
+    if not p.is_relative_to(root):
+        c.add(key, f"path {value!r} escapes the pipeline folder {display_path(root)}")
+        return None
+    return p
+
+
+def _expect(c: _Collector, key: str, value: Any, types: type | tuple, what: str) -> bool:
+    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+        ok = False
+    else:
+        ok = isinstance(value, types)
+    if not ok:
+        c.add(key, f"expected {what}, got {value!r}")
+    return ok
+
+
+def _parse(path: Path) -> tuple[dict, SourceMap]:
+    if not path.is_file():
+        raise ConfigError([f"{display_path(path)}:1: pipeline: file not found"])
+    text = path.read_text(encoding="utf-8")
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise _syntax_error(path, e) from None
+    return doc, SourceMap(text)
+
+
+def load_project_paths(path: str | Path) -> tuple[Path, Path]:
+    """Only ``(out, cache)`` of a pipeline: ``bakery clean`` must work even when assets or
+    stages no longer validate."""
+    path = Path(path)
+    doc, source = _parse(path)
+    c = _Collector(path, source)
+    root = path.resolve().parent
+    proj = doc.get("project", {}) if isinstance(doc.get("project", {}), dict) else {}
+    found = []
+    for key, default in (("out", "out"), ("cache", ".bakery-cache")):
+        v = proj.get(key, default)
+        p = _inside(root, v, c, f"project.{key}") if _expect(c, f"project.{key}", v, str, "a path string") else None
+        if p == root:
+            c.add(f"project.{key}", "must be a folder below the pipeline folder, not the folder itself")
+        found.append(p)
+    if c.lines:
+        raise ConfigError(c.lines)
+    return found[0], found[1]
+
+
+def load_pipeline(path: str | Path) -> Pipeline:
+    """Reads and validates a pipeline file; raises :class:`ConfigError` listing every problem."""
+    path = Path(path)
+    doc, source = _parse(path)
+    c = _Collector(path, source)
+    root = path.resolve().parent
+
+    for k in doc:
+        if k not in ("project", "assets", "stages"):
+            c.add(k, "unknown table (known: project, assets, stages)")
+
+    proj = doc.get("project", {})
+    if not isinstance(proj, dict):
+        c.add("project", "expected a table")
+        proj = {}
+    for k in proj:
+        if k not in _PROJECT_KEYS:
+            c.add(f"project.{k}", f"unknown key (known: {', '.join(sorted(_PROJECT_KEYS))})")
+    name = proj.get("name", root.name)
+    _expect(c, "project.name", name, str, "a string")
+    out = cache = None
+    for key, default in (("out", "out"), ("cache", ".bakery-cache")):
+        v = proj.get(key, default)
+        if _expect(c, f"project.{key}", v, str, "a path string"):
+            p = _inside(root, v, c, f"project.{key}")
+            if p == root:
+                c.add(f"project.{key}", "must be a folder below the pipeline folder, not the folder itself")
+            elif key == "out":
+                out = p
+            else:
+                cache = p
+    device = proj.get("device", "auto")
+    if _expect(c, "project.device", device, str, "a string") and device not in DEVICE_KINDS:
+        c.add("project.device", f"unknown device {device!r} (allowed: {', '.join(DEVICE_KINDS)})")
+    seed = proj.get("seed", 0)
+    if _expect(c, "project.seed", seed, int, "an integer") and seed < 0:
+        c.add("project.seed", f"{seed} is out of range (allowed int >= 0, default 0)")
+    plugins = proj.get("plugins", [])
+    if not (isinstance(plugins, list) and all(isinstance(x, str) for x in plugins)):
+        c.add("project.plugins", "expected a list of module names")
+        plugins = []
+    _import_plugins(root, plugins, c)
+
+    pipe = Pipeline(path=path, root=root, name=str(name), out=out or root / "out",
+                    cache=cache or root / ".bakery-cache", device=str(device),
+                    seed=seed if isinstance(seed, int) else 0, plugins=plugins, source=source)
+    pipe.assets = _load_assets(doc.get("assets", {}), root, c)
+    pipe.stages = _load_stages(doc.get("stages", {}), pipe, c)
+    if not c.lines:
+        from bakery.pipeline.graph import find_cycle
+
+        cycle = find_cycle({n: s.upstream for n, s in pipe.stages.items()})
+        if cycle:
+            c.add(f"stages.{cycle[0]}.inputs", "dependency cycle: " + " -> ".join(cycle))
+    if c.lines:
+        raise ConfigError(c.lines)
+    return pipe
+
+
+def _import_plugins(root: Path, plugins: list[str], c: _Collector) -> None:
+    """Imports studio stage modules; the pipeline folder is importable for local ones."""
+    if plugins and str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    for mod in plugins:
+        try:
+            importlib.import_module(mod)
+        except Exception as e:  # noqa: BLE001 - any import failure is a config problem
+            c.add("project.plugins", f"cannot import plugin {mod!r} ({type(e).__name__}: {e})")
+
+
+def _is_glob(s: str) -> bool:
+    return any(ch in _GLOB_CHARS for ch in s)
+
+
+def _matches(root: Path, pattern: str, c: _Collector, key: str, *, dirs: bool) -> list[Path]:
+    if _inside(root, pattern, c, key) is None:
+        return []
+    found = sorted(Path(p).resolve() for p in globlib.glob(str(root / pattern)))
+    found = [p for p in found if (p.is_dir() if dirs else p.is_file()) and p.is_relative_to(root)]
+    if not found:
+        c.add(key, f"no {'folder' if dirs else 'file'} matches {pattern!r}")
+    return found
+
+
+def _load_assets(table: Any, root: Path, c: _Collector) -> dict[str, list[Asset]]:
+    """``[assets.NAME]``: roles -> files, one role with a glob (one asset per file), or
+    ``material = "dir-glob"`` (one material per folder, roles from file stems)."""
+    if not isinstance(table, dict):
+        c.add("assets", "expected tables [assets.NAME]")
+        return {}
+    assets: dict[str, list[Asset]] = {}
+    for name, decl in table.items():
+        key = f"assets.{name}"
+        if not _NAME.match(name):
+            c.add(key, "asset names use letters, digits, '_', '-', '.'")
+            continue
+        if not isinstance(decl, dict) or not decl:
+            c.add(key, f"expected a table of roles ({', '.join(ROLES)}) or material = \"folder glob\"")
+            continue
+        unknown = [k for k in decl if k not in ROLES and k not in ("material", "description")]
+        for k in unknown:
+            c.add(f"{key}.{k}", f"unknown role (known: {', '.join(ROLES)}, or material)")
+        if unknown:
+            continue
+        roles = {k: v for k, v in decl.items() if k in ROLES}
+        bad = [k for k, v in roles.items() if not isinstance(v, str)]
+        for k in bad:
+            c.add(f"{key}.{k}", f"expected a path string, got {roles[k]!r}")
+        if bad:
+            continue
+        if "material" in decl:
+            if roles:
+                c.add(f"{key}.material", "use either material = \"folder glob\" or explicit roles, not both")
+                continue
+            assets[name] = _material_assets(name, decl["material"], root, c)
+        elif len(roles) == 1 and _is_glob(next(iter(roles.values()))):
+            role, pattern = next(iter(roles.items()))
+            insts = [Asset(f"{name}/{p.stem}", {role: p}, name)
+                     for p in _matches(root, pattern, c, f"{key}.{role}", dirs=False)]
+            _check_unique(insts, c, f"{key}.{role}")
+            assets[name] = insts
+        else:
+            files = {}
+            for role, value in roles.items():
+                if _is_glob(value):
+                    c.add(f"{key}.{role}", "globs are allowed only in single-role assets and material")
+                    continue
+                p = _inside(root, value, c, f"{key}.{role}")
+                if p is None:
+                    continue
+                if not p.is_file():
+                    c.add(f"{key}.{role}", f"input file not found: {value}")
+                    continue
+                files[role] = p
+            if len(files) == len(roles):
+                assets[name] = [Asset(name, files, name)]
+    return assets
+
+
+def _material_assets(name: str, pattern: Any, root: Path, c: _Collector) -> list[Asset]:
+    key = f"assets.{name}.material"
+    if not isinstance(pattern, str):
+        c.add(key, f"expected a folder path or glob, got {pattern!r}")
+        return []
+    insts = []
+    for d in _matches(root, pattern, c, key, dirs=True):
+        files = {p.stem.lower(): p.resolve() for p in sorted(d.iterdir())
+                 if p.is_file() and p.stem.lower() in ROLES}
+        if not files:
+            c.add(key, f"folder {display_path(d)} holds no texture named by a role ({', '.join(ROLES)})")
+            continue
+        inst_name = f"{name}/{d.name}" if _is_glob(pattern) else name
+        insts.append(Asset(inst_name, files, name))
+    _check_unique(insts, c, key)
+    return insts
+
+
+def _check_unique(insts: list[Asset], c: _Collector, key: str) -> None:
+    seen = set()
+    for a in insts:
+        if a.name in seen:
+            c.add(key, f"two matches give the same asset name {a.name!r}; rename one")
+        seen.add(a.name)
+
+
+def _load_stages(table: Any, pipe: Pipeline, c: _Collector) -> dict[str, StageDecl]:
+    from bakery.stages import get_stage, resolve_params
+
+    if not isinstance(table, dict):
+        c.add("stages", "expected tables [stages.NAME]")
+        return {}
+    stages: dict[str, StageDecl] = {}
+    for name, decl in table.items():
+        key = f"stages.{name}"
+        if not _NAME.match(name) or "." in name:
+            c.add(key, "stage names use letters, digits, '_', '-'")
+            continue
+        if not isinstance(decl, dict):
+            c.add(key, "expected a table")
+            continue
+        for k in decl:
+            if k not in _STAGE_KEYS:
+                c.add(f"{key}.{k}", f"unknown key (known: {', '.join(sorted(_STAGE_KEYS))})")
+        type_name = decl.get("type")
+        if type_name is None:
+            c.add(key, "missing key 'type' (the stage type)")
+            continue
+        if not _expect(c, f"{key}.type", type_name, str, "a stage type name"):
+            continue
+        try:
+            stage_cls = get_stage(type_name, where=c.where(f"{key}.type"), key=f"{key}.type")
+        except UsageError as e:
+            c.lines.append(e.one_line())
+            continue
+        raw = decl.get("params", {})
+        params = None
+        if _expect(c, f"{key}.params", raw, dict, "a table of parameters"):
+            try:
+                params = resolve_params(stage_cls.params, raw, key_prefix=f"{key}.params")
+            except UsageError as e:
+                c.add_usage(e)
+        seed = decl.get("seed", pipe.seed)
+        if _expect(c, f"{key}.seed", seed, int, "an integer") and seed < 0:
+            c.add(f"{key}.seed", f"{seed} is out of range (allowed int >= 0, default {pipe.seed})")
+        inputs = decl.get("inputs")
+        if isinstance(inputs, str):
+            inputs = [inputs]
+        if not (isinstance(inputs, list) and inputs and all(isinstance(i, str) for i in inputs)):
+            c.add(f"{key}.inputs" if "inputs" in decl else key,
+                  "expected inputs = [\"ASSET\", \"stage:NAME\", ...] (at least one)")
+            continue
+        ok = True
+        for i in inputs:
+            if i.startswith(STAGE_REF):
+                up = i[len(STAGE_REF):]
+                if up not in table:
+                    c.add(f"{key}.inputs", f"unknown stage {up!r} in {i!r} (stages: {', '.join(table)})")
+                    ok = False
+            elif i not in pipe.assets:
+                known = ", ".join(pipe.assets) or "none"
+                c.add(f"{key}.inputs", f"unknown asset {i!r} (assets: {known})")
+                ok = False
+            else:
+                accepted = set(stage_cls.input_roles)
+                for a in pipe.assets[i]:
+                    if not accepted & set(a.files):
+                        c.add(f"{key}.inputs", f"asset {a.name!r} has roles {', '.join(a.files)} but stage "
+                                                f"type {type_name!r} accepts {', '.join(stage_cls.input_roles)}")
+                        ok = False
+                        break
+        if ok and params is not None and isinstance(seed, int):
+            stages[name] = StageDecl(name, type_name, stage_cls, inputs, params, seed)
+    return stages

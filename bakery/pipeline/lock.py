@@ -1,0 +1,72 @@
+"""One bake per output folder at a time.
+
+An advisory ``flock`` on a hidden file beside the output folder: the kernel drops it when
+the holder dies (even by SIGKILL), so a crashed bake never leaves a stale lock behind.
+The lock file sits beside ``out/`` rather than inside it so ``bakery clean`` can remove
+the whole folder while holding it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+from bakery.errors import UsageError
+
+
+class LockBusy(UsageError):
+    """Another bake holds the output folder and ``--no-wait`` was given."""
+
+
+def lock_path_for(out_dir: Path) -> Path:
+    return out_dir.parent / f".{out_dir.name}.lock"
+
+
+class OutputLock:
+    """Context manager; ``wait=False`` fails at once, else waits, saying so once."""
+
+    def __init__(self, out_dir: Path, *, wait: bool = True, say: Callable[[str], None] = print,
+                 poll_s: float = 0.2):
+        self.out_dir = Path(out_dir)
+        self.path = lock_path_for(self.out_dir)
+        self.wait, self.say, self.poll_s = wait, say, poll_s
+        self._fd: int | None = None
+
+    def _holder(self) -> str:
+        try:
+            pid = self.path.read_text().strip()
+            return f" (pid {pid})" if pid else ""
+        except OSError:
+            return ""
+
+    def __enter__(self) -> "OutputLock":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        told = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not self.wait:
+                    os.close(fd)
+                    raise LockBusy(f"another bake is running on this output folder{self._holder()}; "
+                                   "rerun without --no-wait to wait for it", where=str(self.out_dir)) from None
+                if not told:
+                    self.say(f"waiting for another bake on {self.out_dir}{self._holder()} to finish ...")
+                    told = True
+                time.sleep(self.poll_s)
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
