@@ -243,3 +243,7 @@ def tree_snapshot(root: Path) -> dict[str, str]:
     """Relative path -> sha256 of every file under ``root`` (for byte-identical checks)."""
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def sha256_hex(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

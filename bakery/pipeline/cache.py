@@ -92,10 +92,10 @@ def why_rebuild(old: dict | None, new: dict) -> str:
     reasons = []
     changed_roles = sorted(r for r in set(old.get("inputs", {})) | set(new["inputs"])
                            if old.get("inputs", {}).get(r) != new["inputs"].get(r))
+    if old.get("upstream") != new["upstream"]:
+        changed_roles.append("upstream output")
     if changed_roles:
         reasons.append(f"input changed ({', '.join(changed_roles)})")
-    if old.get("upstream") != new["upstream"]:
-        reasons.append("input changed (upstream output)")
     if old.get("params") != new["params"]:
         names = sorted(k for k in set(old.get("params", {})) | set(new["params"])
                        if old.get("params", {}).get(k) != new["params"].get(k))

@@ -219,7 +219,8 @@ def load_pipeline(path: str | Path) -> Pipeline:
                     cache=cache or root / ".bakery-cache", device=str(device),
                     seed=seed if isinstance(seed, int) else 0, plugins=plugins, source=source)
     pipe.assets = _load_assets(doc.get("assets", {}), root, c)
-    pipe.stages = _load_stages(doc.get("stages", {}), pipe, c)
+    declared = set(doc["assets"]) if isinstance(doc.get("assets"), dict) else set()
+    pipe.stages = _load_stages(doc.get("stages", {}), pipe, declared, c)
     if not c.lines:
         from bakery.pipeline.graph import find_cycle
 
@@ -337,7 +338,7 @@ def _check_unique(insts: list[Asset], c: _Collector, key: str) -> None:
         seen.add(a.name)
 
 
-def _load_stages(table: Any, pipe: Pipeline, c: _Collector) -> dict[str, StageDecl]:
+def _load_stages(table: Any, pipe: Pipeline, declared_assets: set[str], c: _Collector) -> dict[str, StageDecl]:
     from bakery.stages import get_stage, resolve_params
 
     if not isinstance(table, dict):
@@ -391,8 +392,9 @@ def _load_stages(table: Any, pipe: Pipeline, c: _Collector) -> dict[str, StageDe
                     c.add(f"{key}.inputs", f"unknown stage {up!r} in {i!r} (stages: {', '.join(table)})")
                     ok = False
             elif i not in pipe.assets:
-                known = ", ".join(pipe.assets) or "none"
-                c.add(f"{key}.inputs", f"unknown asset {i!r} (assets: {known})")
+                if i not in declared_assets:  # a declared but broken asset is reported already
+                    known = ", ".join(sorted(declared_assets)) or "none"
+                    c.add(f"{key}.inputs", f"unknown asset {i!r} (assets: {known})")
                 ok = False
             else:
                 accepted = set(stage_cls.input_roles)

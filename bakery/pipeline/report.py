@@ -90,8 +90,8 @@ class BakeReport:
         lines = ["  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4] for r in rows]
         lines.insert(1, "  ".join("-" * w for w in widths) + "  " + "-" * 6)
         t = self.totals()
-        verb = "would build" if self.dry_run else "built"
-        lines.append(f"{t['total']} tasks: {t['built']} {verb}, {t['cached']} cached, "
+        verb, n = ("would build", t.get("would-build", 0)) if self.dry_run else ("built", t["built"])
+        lines.append(f"{t['total']} tasks: {n} {verb}, {t['cached']} cached, "
                      f"{t['failed']} failed, {t['skipped']} skipped in {self.seconds:.2f} s")
         return "\n".join(line.rstrip() for line in lines)
 
