@@ -5,7 +5,6 @@ pipeline folders to bake. Also imported by bake subprocesses through
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
 import sys
@@ -14,59 +13,6 @@ import types
 from pathlib import Path
 
 import numpy as np
-
-
-def _ensure_bundle_module() -> None:
-    """Temporary stand-in for bakery.formats.bundle until its owner lands it (tests only)."""
-    try:
-        importlib.import_module("bakery.formats.bundle")
-        return
-    except ModuleNotFoundError:
-        pass
-    import shutil
-
-    from bakery.formats.images import encode_png
-
-    mod = types.ModuleType("bakery.formats.bundle")
-
-    class BundleWriter:
-        def __init__(self, staging_dir):
-            self.dir = Path(staging_dir)
-            self.dir.mkdir(parents=True, exist_ok=True)
-            self.files = {}
-
-        def write_bytes(self, name, data, *, role="data"):
-            p = self.dir / name
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_bytes(data)
-            self.files[name] = {"role": role, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-            return p
-
-        def write_json(self, name, obj, *, role="data"):
-            return self.write_bytes(name, json.dumps(obj, sort_keys=True).encode(), role=role)
-
-        def write_png(self, name, image, *, role="preview"):
-            return self.write_bytes(name, encode_png(image), role=role)
-
-        def write_weights(self, name, spec, params, *, dtype="float16"):
-            return self.write_bytes(name, np.asarray(params, dtype=dtype).tobytes(), role="weights")
-
-        def finalize(self, fields):
-            manifest = {**fields, "files": [{"path": k, **v} for k, v in sorted(self.files.items())]}
-            (self.dir / "manifest.json").write_text(json.dumps(manifest, sort_keys=True, indent=1))
-            return manifest
-
-    def atomic_publish(staging_dir, final_dir):
-        staging_dir, final_dir = Path(staging_dir), Path(final_dir)
-        old = final_dir.with_name(f".{final_dir.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        if final_dir.exists():
-            os.replace(final_dir, old)
-        os.replace(staging_dir, final_dir)
-        shutil.rmtree(old, ignore_errors=True)
-
-    mod.BundleWriter, mod.atomic_publish = BundleWriter, atomic_publish
-    sys.modules["bakery.formats.bundle"] = mod
 
 
 def _ensure_builtin_stages_importable() -> None:
@@ -78,7 +24,6 @@ def _ensure_builtin_stages_importable() -> None:
 
 
 
-_ensure_bundle_module()
 _ensure_builtin_stages_importable()
 
 from bakery.formats.images import load_image  # noqa: E402

@@ -82,10 +82,15 @@ class _State:
 
 
 def sweep_staging(*roots: Path) -> int:
-    """Removes hidden staging folders left by a killed bake (only ever garbage)."""
+    """Removes hidden staging folders left by a killed bake (only ever garbage) and
+    finishes any publish a crash interrupted between its two renames."""
+    from bakery.formats.publish import ASIDE_SUFFIX, recover
+
     n = 0
     for root in roots:
         if root.is_dir():
+            for p in sorted(root.rglob(f"*{ASIDE_SUFFIX}")):
+                recover(p.with_name(p.name[:-len(ASIDE_SUFFIX)]))
             for p in sorted(root.rglob(".*.staging-*"), reverse=True):
                 if p.is_dir():
                     shutil.rmtree(p, ignore_errors=True)

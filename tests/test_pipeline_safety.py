@@ -1,0 +1,131 @@
+"""Crash safety and locking, with real bake subprocesses."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline_helpers import make_project, tree_snapshot
+
+from bakery.pipeline.lock import LockBusy, OutputLock
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+
+SLEEP_TOML = """\
+[project]
+out = "out"
+cache = "cache"
+plugins = ["pipeline_helpers"]
+
+[assets.photos]
+image = "src/*.png"
+
+[stages.slow]
+type = "test_sleep"
+inputs = ["photos"]
+params = {{ seconds = {seconds}, tag = "{tag}" }}
+"""
+
+
+def _env(started: Path | None = None) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(REPO), env.get("PYTHONPATH", "")])
+    if started:
+        env["BAKERY_TEST_STARTED"] = str(started)
+    return env
+
+
+def _bake_proc(root: Path, *args: str, started: Path | None = None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", "from bakery.pipeline.cli import bake_cmd; bake_cmd()", "pipeline.toml", *args],
+        cwd=root, env=_env(started), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 20.0) -> None:
+    t0 = time.monotonic()
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"bake ended early: {proc.communicate()}")
+        if time.monotonic() - t0 > timeout:
+            proc.kill()
+            raise AssertionError("bake never started its task")
+        time.sleep(0.02)
+
+
+def test_sigkill_mid_task_keeps_previous_outputs_and_rerun_succeeds(tmp_path):
+    make_project(tmp_path, SLEEP_TOML.format(seconds=0.0, tag="old"), images=("a", "b"))
+    first = _bake_proc(tmp_path)
+    assert first.wait(timeout=30) == 0, first.communicate()
+    before = tree_snapshot(tmp_path / "out" / "slow")
+    assert (tmp_path / "out/slow/photos/a/data.txt").read_text() == "photos/a old"
+
+    # new params: both tasks rebuild; kill while the first one sleeps
+    (tmp_path / "pipeline.toml").write_text(SLEEP_TOML.format(seconds=30.0, tag="new"))
+    started = tmp_path / "started"
+    victim = _bake_proc(tmp_path, started=started)
+    _wait_for(started, victim)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=10)
+    assert victim.returncode == -signal.SIGKILL
+    assert tree_snapshot(tmp_path / "out" / "slow") == before  # byte-identical previous outputs
+
+    (tmp_path / "pipeline.toml").write_text(SLEEP_TOML.format(seconds=0.0, tag="new"))
+    rerun = _bake_proc(tmp_path)
+    out, err = rerun.communicate(timeout=30)
+    assert rerun.returncode == 0, err
+    assert "2 built" in out
+    assert "staging folder(s) left by an interrupted bake" in err
+    assert (tmp_path / "out/slow/photos/a/data.txt").read_text() == "photos/a new"
+    leftovers = [p for p in tmp_path.rglob(".*staging*")]
+    assert leftovers == []
+
+
+def test_concurrent_bakes_are_serialised(tmp_path):
+    make_project(tmp_path, SLEEP_TOML.format(seconds=1.0, tag="x"), images=("a",))
+    started = tmp_path / "started"
+    first = _bake_proc(tmp_path, started=started)
+    _wait_for(started, first)
+    busy = _bake_proc(tmp_path, "--no-wait")
+    _, err = busy.communicate(timeout=30)
+    assert busy.returncode == 2
+    assert "another bake is running on this output folder" in err and "--no-wait" in err
+    second = _bake_proc(tmp_path)
+    out2, err2 = second.communicate(timeout=60)
+    out1, _ = first.communicate(timeout=60)
+    assert first.returncode == 0 and second.returncode == 0
+    assert "waiting for another bake on" in err2
+    assert "1 built" in out1 and "1 cached" in out2  # the second waited, then found the cache
+    report = json.loads((tmp_path / "out/bake-report.json").read_text())
+    assert report["totals"]["cached"] == 1
+
+
+def test_lock_in_process(tmp_path):
+    out = tmp_path / "out"
+    with OutputLock(out):
+        fd_holder = subprocess.run(
+            [sys.executable, "-c",
+             "import sys; from pathlib import Path; from bakery.pipeline.lock import OutputLock, LockBusy\n"
+             "try:\n    OutputLock(Path(sys.argv[1]), wait=False).__enter__()\nexcept LockBusy as e:\n"
+             "    print(e); sys.exit(3)", str(out)],
+            env=_env(), capture_output=True, text=True, timeout=30)
+        assert fd_holder.returncode == 3 and f"pid {os.getpid()}" in fd_holder.stdout
+    with OutputLock(out, wait=False):  # released: taking it again works
+        pass
+    assert issubclass(LockBusy, Exception)
+
+
+@pytest.mark.parametrize("dry", [True])
+def test_dry_run_in_subprocess_writes_nothing(tmp_path, dry):
+    make_project(tmp_path, SLEEP_TOML.format(seconds=0.0, tag="x"), images=("a",))
+    before = tree_snapshot(tmp_path)
+    p = _bake_proc(tmp_path, "--dry-run")
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
+    assert "would-build" in out and tree_snapshot(tmp_path) == before
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["pipeline.toml", "src"]
