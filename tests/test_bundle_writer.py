@@ -108,3 +108,50 @@ def test_recover_restores_old_folder_after_crash_between_renames(tmp_path):
     _folder(aside_path(final), "older")
     atomic_publish(_folder(tmp_path / "s", "new"), final)
     assert (final / "manifest.json").read_text() == "new" and not aside_path(final).exists()
+
+
+CHILD = r"""
+import sys, os
+from pathlib import Path
+from bakery.formats.publish import atomic_publish
+root, use_exchange = Path(sys.argv[1]), sys.argv[2] == "1"
+final = root / "bundle"
+i = 0
+while True:
+    stage = root / f"staging-{i}"
+    stage.mkdir()
+    for k in range(20):
+        (stage / f"f{k}.txt").write_text(str(i))
+    atomic_publish(stage, final, use_exchange=use_exchange)
+    i += 1
+    if i == 3:
+        print("ready", flush=True)
+"""
+
+
+@pytest.mark.parametrize("use_exchange", [True, False])
+def test_sigkill_at_random_instants_leaves_a_complete_bundle(tmp_path, use_exchange):
+    """Kill a publishing loop at random moments: the final folder is always one whole version."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from bakery.formats.publish import recover
+
+    rng = np.random.default_rng(0)
+    for trial in range(6):
+        root = tmp_path / f"t{trial}"
+        root.mkdir()
+        child = subprocess.Popen([sys.executable, "-c", CHILD, str(root), "1" if use_exchange else "0"],
+                                 stdout=subprocess.PIPE, text=True)
+        assert child.stdout.readline().strip() == "ready"
+        time.sleep(float(rng.uniform(0, 0.05)))
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        final = root / "bundle"
+        if not use_exchange:
+            recover(final)        # what the next publish does first
+        assert final.is_dir()
+        contents = {p.read_text() for p in final.iterdir()}
+        assert len(list(final.iterdir())) == 20 and len(contents) == 1, (trial, contents)
