@@ -5,7 +5,6 @@ pipeline folders to bake. Also imported by bake subprocesses through
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import sys
 import time

@@ -16,7 +16,7 @@ import click
 from bakery.errors import EXIT_OK, EXIT_TASK_FAILED, EXIT_USAGE, BakeryError
 from bakery.pipeline.config import ConfigError, display_path, load_pipeline, load_project_paths
 from bakery.pipeline.executor import ALL_STAGES, BakeOptions, bake
-from bakery.pipeline.lock import OutputLock
+from bakery.pipeline.lock import LOCK_NAME, OutputLock
 
 EXIT_INTERRUPTED = 130
 
@@ -101,7 +101,7 @@ def bake_cmd(pipeline, force, only, assets, changed, changed_from, dry_run, fail
 @click.option("--keep-cache", is_flag=True, help="Remove only the output folder, keep the cache.")
 @click.option("--no-wait", is_flag=True, help="Fail at once if a bake holds the output folder.")
 def clean_cmd(pipeline, keep_cache, no_wait):
-    """Remove PIPELINE's output folder and its cache."""
+    """Remove PIPELINE's outputs and its cache (the output folder keeps only its lock file)."""
     log = _setup_logging(False)
     try:
         out, cache = load_project_paths(pipeline)
@@ -109,11 +109,12 @@ def clean_cmd(pipeline, keep_cache, no_wait):
             for what, path in (("output", out), ("cache", cache)):
                 if what == "cache" and keep_cache:
                     continue
-                if path.exists():
-                    shutil.rmtree(path)
-                    click.echo(f"removed {what} folder {display_path(path)}")
-                else:
-                    click.echo(f"no {what} folder {display_path(path)}")
+                doomed = [p for p in path.iterdir() if p.name != LOCK_NAME] if path.is_dir() else []
+                for p in doomed:
+                    shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+                if what == "cache" and path.is_dir():
+                    path.rmdir()
+                click.echo(f"removed {what} folder {display_path(path)} ({len(doomed)} entries)")
     except BakeryError as e:
         _fail(e)
     sys.exit(EXIT_OK)

@@ -1,9 +1,9 @@
 """One bake per output folder at a time.
 
-An advisory ``flock`` on a hidden file beside the output folder: the kernel drops it when
+An advisory ``flock`` on a hidden file inside the output folder: the kernel drops it when
 the holder dies (even by SIGKILL), so a crashed bake never leaves a stale lock behind.
-The lock file sits beside ``out/`` rather than inside it so ``bakery clean`` can remove
-the whole folder while holding it.
+The file is never deleted (``bakery clean`` empties the folder around it): unlinking a
+lock file that others may be waiting on would let two holders in.
 """
 
 from __future__ import annotations
@@ -17,12 +17,15 @@ from typing import Callable
 from bakery.errors import UsageError
 
 
+LOCK_NAME = ".bakery.lock"
+
+
 class LockBusy(UsageError):
     """Another bake holds the output folder and ``--no-wait`` was given."""
 
 
 def lock_path_for(out_dir: Path) -> Path:
-    return out_dir.parent / f".{out_dir.name}.lock"
+    return out_dir / LOCK_NAME
 
 
 class OutputLock:
