@@ -216,3 +216,36 @@ def test_device_stage_opens_device_once(project, monkeypatch):
     out = json.loads((project / "out/dev/photos/b/device.json").read_text())
     assert out == {"class": "fake:portable"}
     assert ex.LazyDevice  # the class used above
+
+
+def test_plain_progress_lines_without_a_terminal(project):
+    r = bake()
+    assert "bake: [1/3] blur/photos/a built in" in r.output
+    assert "bake: [3/3] summary/photos/c built in" in r.output
+
+
+def test_progress_bars_on_a_terminal():
+    import io
+    import logging
+
+    from bakery.pipeline.progress import StageProgress
+
+    stream = io.StringIO()
+    lines = []
+
+    class Catch(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    log = logging.getLogger("test.progress")
+    log.addHandler(Catch())
+    log.setLevel(logging.INFO)
+    p = StageProgress("texture", 2, log=log, stream=stream, bars=True)
+    p.task_callback("rust")(50, 100, loss=0.25)
+    p.finished("rust", "built", 1.0)
+    p.finished("wood", "failed", 1.0, "RuntimeError: x")
+    p.close()
+    text = stream.getvalue()
+    assert "texture" in text and "2/2" in text and "rust 50/100 loss=0.25" in text
+    assert "wood: failed: RuntimeError: x" in text
+    assert lines == []  # bars replace the plain lines

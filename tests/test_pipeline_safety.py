@@ -129,3 +129,20 @@ def test_dry_run_in_subprocess_writes_nothing(tmp_path, dry):
     assert p.returncode == 0, err
     assert "would-build" in out and tree_snapshot(tmp_path) == before
     assert sorted(x.name for x in tmp_path.iterdir()) == ["pipeline.toml", "src"]
+
+
+def test_ctrl_c_mid_task_exits_130_keeps_outputs_and_reports(tmp_path):
+    make_project(tmp_path, SLEEP_TOML.format(seconds=0.0, tag="old"), images=("a", "b"))
+    assert _bake_proc(tmp_path).wait(timeout=30) == 0
+    before = tree_snapshot(tmp_path / "out" / "slow")
+    (tmp_path / "pipeline.toml").write_text(SLEEP_TOML.format(seconds=30.0, tag="new"))
+    started = tmp_path / "started"
+    p = _bake_proc(tmp_path, started=started)
+    _wait_for(started, p)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=20)
+    assert p.returncode == 130 and "interrupted" in err
+    assert tree_snapshot(tmp_path / "out" / "slow") == before
+    rep = json.loads((tmp_path / "out/bake-report.json").read_text())
+    assert [t["reason"] for t in rep["tasks"]] == ["interrupted", "interrupted"]
+    assert not list(tmp_path.rglob(".*staging*"))

@@ -31,6 +31,7 @@ def _setup_logging(verbose: bool) -> logging.Logger:
         log.propagate = False
     for h in log.handlers:
         if getattr(h, "_bakery_cli", False):
+            h.setStream(sys.stderr)  # the current stderr (tests and embedders swap it)
             # tqdm bars replace the per-task lines on a terminal; warnings always show
             h.setLevel(logging.INFO if (verbose or not sys.stderr.isatty()) else logging.WARNING)
     log.setLevel(logging.DEBUG)
