@@ -59,3 +59,11 @@ def test_verify_tree(tmp_path):
     empty.mkdir()
     r = CliRunner().invoke(verify_cmd, [str(empty)])
     assert r.exit_code == 2 and "no bundles" in r.stderr
+
+
+def test_inspect_bundle_of_a_stage_without_device(tmp_path):
+    w = BundleWriter(tmp_path / "b")
+    w.write_bytes("data.bin", b"abc")
+    w.finalize({"stage": {"type": "copy", "version": "1"}, "params": {}, "seed": 0, "device": None, "metrics": {}})
+    r = CliRunner().invoke(inspect_cmd, [str(tmp_path / "b")])
+    assert r.exit_code == 0 and "no device used" in r.output

@@ -33,7 +33,7 @@ def _network_line(b: Bundle) -> str:
 
 def _summary(b: Bundle) -> list[str]:
     m = b.manifest
-    dev = m["device"]
+    dev = m["device"] or {"backend": "none", "adapter": "no device used"}
     lines = [f"bundle   {b.path}  (verified: {len(m['files'])} files, checksums ok)",
              f"stage    {m['stage']['type']} v{m['stage']['version']}   seed {m['seed']}   "
              f"schema {m['schema_version']}   bakery {m['bakery_version']}",

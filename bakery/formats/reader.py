@@ -27,6 +27,8 @@ from bakery.nn.network import NetworkSpec
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _TYPES = {"schema_version": int, "bakery_version": str, "stage": dict, "params": dict, "seed": int,
           "device": dict, "metrics": dict, "files": list}
+#: A stage that never opened a device records ``"device": null``.
+_NULLABLE = ("device",)
 _NETWORK_KEYS = ("file", "dtype", "encoding", "layers", "weights_bytes")
 _TEXTURE_KEYS = ("format", "width", "height", "mips", "layers")
 
@@ -72,6 +74,8 @@ def _check_manifest(manifest, where: str) -> None:
             raise BundleError(f"manifest is missing key {key!r}", where=where)
         want = _TYPES[key]
         ok = _is_int(manifest[key]) if want is int else isinstance(manifest[key], want)
+        if key in _NULLABLE and manifest[key] is None:
+            ok = True
         if not ok:
             raise BundleError(f"manifest key {key!r} should be a {want.__name__}", where=where)
     stage = manifest["stage"]
