@@ -266,11 +266,16 @@ class Executor:
         else:
             o.status = "cached"
         out_dir = t.out_dir(self.pipe.out)
-        if not output_matches(out_dir, sums):
-            if dec.action == "cached":
-                o.reason = "output folder restored from cache"
-            self._materialize(self.cache.bundle_dir(dec.key), out_dir)
-        self.cache.write_record(t.stage.name, t.asset, dec.key, dec.parts)
+        try:
+            if not output_matches(out_dir, sums):
+                if dec.action == "cached":
+                    o.reason = "output folder restored from cache"
+                self._materialize(self.cache.bundle_dir(dec.key), out_dir)
+            self.cache.write_record(t.stage.name, t.asset, dec.key, dec.parts)
+        except OSError as e:  # disk full, permissions: this task fails, the bake goes on
+            o.status, o.error = "failed", f"{t.id}: cannot write output: {e}"
+            o.seconds = time.monotonic() - start
+            return o
         o.metrics = _read_metrics(self.cache.bundle_dir(dec.key))
         o.outputs = [{"path": display_path(out_dir / rel), "bytes": size, "sha256": digest}
                      for rel, (size, digest) in sorted(sums.items())]
