@@ -166,8 +166,9 @@ def test_only_stage_and_asset_glob(project):
 def test_changed_files_bake_only_what_they_feed(project):
     bake()
     write_image(project / "src" / "a.png", seed=42)
-    bake("--changed", "src/a.png", "--changed", "README.md")
+    r = bake("--changed", "src/a.png", "--changed", "README.md")
     assert statuses(project) == {"blur/photos/a": "built", "summary/photos/a": "built"}
+    assert "--changed: 1 file(s) feed no task: README.md" in r.output
     bake("--changed", "pipeline.toml")
     assert len(statuses(project)) == 6
 
@@ -249,3 +250,18 @@ def test_progress_bars_on_a_terminal():
     assert "texture" in text and "2/2" in text and "rust 50/100 loss=0.25" in text
     assert "wood: failed: RuntimeError: x" in text
     assert lines == []  # bars replace the plain lines
+
+
+def test_material_assets_reach_multi_role_stages(project):
+    for mat in ("bricks", "stones"):
+        for i, role in enumerate(("albedo", "normal", "roughness", "ao")):
+            write_image(project / "mats" / mat / f"{role}.png", seed=i)
+    (project / "pipeline.toml").write_text(
+        BASIC_TOML + '\n[assets.mats]\nmaterial = "mats/*"\n\n[stages.mat]\ntype = "test_material"\ninputs = ["mats"]\n')
+    bake("--only", "mat")
+    assert statuses(project) == {"mat/mats/bricks": "built", "mat/mats/stones": "built"}
+    means = json.loads((project / "out/mat/mats/stones/means.json").read_text())
+    assert sorted(means) == ["albedo", "ao", "normal", "roughness"]
+    write_image(project / "mats" / "stones" / "ao.png", seed=77)
+    bake("--only", "mat")
+    assert statuses(project) == {"mat/mats/bricks": "cached", "mat/mats/stones": "built"}

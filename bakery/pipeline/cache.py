@@ -1,7 +1,7 @@
 """Content-hash cache: a task's output is reused when everything that could change it is
 unchanged.
 
-Key = sha256 over: input file bytes (by role), upstream task keys, resolved params,
+Key = sha256 over: input file bytes (by role), the asset name, upstream task keys, params,
 seed, stage type and version, bakery version, the text of the Slang files the stage
 compiles, and the device class (only for stages that use a device, so pure-CPU stages
 never open one just to compute a key).
@@ -65,13 +65,14 @@ def hash_slang_sources(names: tuple[str, ...] | list[str], base: Path | None = N
     return h.hexdigest()
 
 
-def key_parts(*, stage_type: str, stage_version: str, params: dict, seed: int,
+def key_parts(*, stage_type: str, stage_version: str, asset: str, params: dict, seed: int,
               inputs: dict[str, str], upstream: dict[str, str], slang: str,
               device_class: str | None) -> dict:
     return {
         "stage": stage_type,
         "stage_version": stage_version,
         "bakery_version": bakery.__version__,
+        "asset": asset,  # stages see StageInput.name, so it may shape their output
         "params": params,
         "seed": seed,
         "inputs": inputs,

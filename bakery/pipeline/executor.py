@@ -127,7 +127,7 @@ class Executor:
     def _decide(self, task: Task, state: _State) -> _Decision:
         cls = task.stage.stage_cls
         parts = key_parts(
-            stage_type=cls.type_name, stage_version=str(cls.version), params=task.stage.params,
+            stage_type=cls.type_name, stage_version=str(cls.version), asset=task.asset, params=task.stage.params,
             seed=task.stage.seed, inputs={r: sha256_file(p) for r, p in sorted(task.files.items())},
             upstream={d: state.keys[d] for d in task.deps}, slang=self._slang_hash(task),
             device_class=self.device().device_class if cls.uses_device else None)
@@ -151,6 +151,11 @@ class Executor:
         tasks = self.plan()
         report = BakeReport(pipeline=display_path(self.pipe.path), out=display_path(self.pipe.out),
                             dry_run=self.opts.dry_run)
+        if self.opts.changed is not None:
+            known = self.pipe.input_files() | {self.pipe.path.resolve()}
+            unused = [str(p) for p in self.opts.changed if Path(p).resolve() not in known]
+            if unused:
+                report.notes.append(f"--changed: {len(unused)} file(s) feed no task: {', '.join(unused[:5])}")
         t0 = time.monotonic()
         try:
             if self.opts.dry_run:
