@@ -45,11 +45,12 @@ class DeviceInfo:
 class Device:
     """A slangpy device plus what bakery needs to know about it."""
 
-    def __init__(self, spy_device, backend: str):
+    def __init__(self, spy_device, backend: str, *, portable: bool = False):
         import slangpy as spy
 
         self.spy = spy_device
-        self.coopvec = bool(spy_device.has_feature(spy.Feature.cooperative_vector))
+        # ``portable`` compiles the fp32 backend even where CoopVec exists (reference runs).
+        self.coopvec = bool(spy_device.has_feature(spy.Feature.cooperative_vector)) and not portable
         self.info = DeviceInfo(backend=backend, adapter=spy_device.info.adapter_name,
                                cooperative_vector=self.coopvec,
                                software=bool(spy_device.has_feature(spy.Feature.software_device)))
@@ -93,7 +94,7 @@ class Device:
         self.spy.wait_for_idle()
 
 
-def _create(kind: str, cache_dir: Path | None):
+def _create(kind: str, cache_dir: Path | None, portable: bool = False):
     import slangpy as spy
 
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
@@ -116,7 +117,7 @@ def _create(kind: str, cache_dir: Path | None):
     if chosen is None:
         raise RuntimeError(f"no {'software' if want_software else 'hardware'} {type_.name} adapter")
     dev = spy.Device(adapter_luid=chosen.luid, **opts)
-    return Device(dev, "cuda" if kind == "cuda" else "vulkan")
+    return Device(dev, "cuda" if kind == "cuda" else "vulkan", portable=portable)
 
 
 def _cuda_driver_present() -> bool:
@@ -126,36 +127,39 @@ def _cuda_driver_present() -> bool:
     return ctypes.util.find_library("cuda") is not None
 
 
-def _try(kind: str, cache_dir):
+def _try(kind: str, cache_dir, portable: bool = False):
     if kind == "cuda" and not _cuda_driver_present():
         return None
     try:
-        return _create(kind, cache_dir)
+        return _create(kind, cache_dir, portable)
     except Exception:  # noqa: BLE001 - absence of a backend is an expected outcome here
         return None
 
 
 @functools.lru_cache(maxsize=None)
-def _open_cached(kind: str, cache_dir: str | None) -> Device:
+def _open_cached(kind: str, cache_dir: str | None, portable: bool) -> Device:
     if kind not in DEVICE_KINDS:
         raise UsageError(f"unknown device {kind!r} (known: {', '.join(DEVICE_KINDS)})", key="--device")
     if kind != "auto":
-        dev = _try(kind, cache_dir)
+        dev = _try(kind, cache_dir, portable)
         if dev is None:
             raise DeviceError(f"cannot open a {kind} device; {INSTALL_HINT}", key="--device")
         return dev
-    hw = _try("vulkan", cache_dir)
-    if hw is not None and hw.coopvec:
+    hw = _try("vulkan", cache_dir, portable)
+    if hw is not None and (hw.coopvec or portable):
         return hw
-    other = hw or _try("cuda", cache_dir) or _try("software", cache_dir)
+    other = hw or _try("cuda", cache_dir, portable) or _try("software", cache_dir, portable)
     if other is None:
         raise DeviceError(INSTALL_HINT)
     return other
 
 
-def open_device(kind: str = "auto", *, cache_dir: Path | None = None) -> Device:
-    """Opens (once per process) the device for ``kind``: auto, vulkan, cuda or software."""
-    return _open_cached(kind, str(cache_dir) if cache_dir else None)
+def open_device(kind: str = "auto", *, cache_dir: Path | None = None, portable: bool = False) -> Device:
+    """Opens (once per process) the device for ``kind``: auto, vulkan, cuda or software.
+
+    ``portable`` forces the fp32 backend even on a device with cooperative vectors.
+    """
+    return _open_cached(kind, str(cache_dir) if cache_dir else None, portable)
 
 
 def list_devices(cache_dir: Path | None = None) -> list[DeviceInfo]:

@@ -2,8 +2,8 @@
 
 Portable backend: the canonical fp32 array as is, gradients as 64-bit fixed point.
 CoopVec backend: fp16 weights in the device's TrainingOptimal layout (bias vectors
-plain), fp32 gradients in the fp32 TrainingOptimal layout, fp32 master weights in
-canonical order. Optimal layouts are opaque and device-specific, so they are never
+plain), gradients in slices (fp16 weights in the same layout, fp32 biases; see
+slang/bakery/mlp_coopvec.slang), fp32 master weights in canonical order. Optimal layouts are opaque and device-specific, so they are never
 stored: at load we learn where each canonical element lands by converting
 index-coded matrices once, and from then on moving parameters in or out is a gather.
 The optimizer state (Adam m, v) is in canonical order on both backends.
@@ -17,8 +17,11 @@ from bakery.nn.network import NetworkSpec
 
 #: Units of the portable gradient accumulator (see slang/bakery/mlp_portable.slang).
 FIXED_POINT_SCALE = float(2 ** 40)
-#: Loss scale of the CoopVec backend (see slang/bakery/mlp_coopvec.slang).
+#: Loss scale and gradient slice count of the CoopVec backend (slang/bakery/mlp_coopvec.slang).
 COOPVEC_LOSS_SCALE = 256.0
+COOPVEC_GRAD_SLICES = 64
+#: Marks a gradient position as fp32 (bias) rather than fp16 (weight).
+FP32_FLAG = 0x80000000
 
 
 def _align(n: int, a: int) -> int:
@@ -88,22 +91,22 @@ class ParameterStore:
         spec = self.spec
         weight_pos = np.zeros(spec.param_count, np.uint32)
         grad_pos = np.zeros(spec.param_count, np.uint32)
-        w16 = g32 = 0
+        w16 = g = 0
         self.linear_args = []
         for l in spec.layers:
             wpos, wsize = self._positions(l.n_out, l.n_in, np.float16)
-            gpos, gsize = self._positions(l.n_out, l.n_in, np.float32)
-            wo, go = _align(w16, 64), _align(g32, 64)
-            bo, gbo = _align(wo + wsize, 16), _align(go + gsize, 16)
+            wo, go = _align(w16, 64), _align(g, 64)
+            bo, gbo = _align(wo + wsize, 16), _align(go + wsize, 16)
             weight_pos[l.weight_offset:l.bias_offset] = wo + 2 * wpos
-            grad_pos[l.weight_offset:l.bias_offset] = go + 4 * gpos
+            grad_pos[l.weight_offset:l.bias_offset] = go + 2 * wpos
             weight_pos[l.bias_offset:l.bias_offset + l.n_out] = bo + 2 * np.arange(l.n_out)
-            grad_pos[l.bias_offset:l.bias_offset + l.n_out] = gbo + 4 * np.arange(l.n_out)
-            w16, g32 = bo + 2 * l.n_out, gbo + 4 * l.n_out
+            grad_pos[l.bias_offset:l.bias_offset + l.n_out] = (gbo + 4 * np.arange(l.n_out)) | FP32_FLAG
+            w16, g = bo + 2 * l.n_out, gbo + 4 * l.n_out
             self.linear_args.append(f"{wo}, {bo}, {go}, {gbo}")
+        self.slice_bytes = _align(g, 64)
         self.weight_pos_host = weight_pos
         self.weights16 = make_buffer(self.device, np.zeros(_align(w16, 16), np.uint8))
-        self.grads32 = make_buffer(self.device, np.zeros(_align(g32, 16), np.uint8))
+        self.grads32 = make_buffer(self.device, np.zeros(self.slice_bytes * COOPVEC_GRAD_SLICES, np.uint8))
         self.master = make_buffer(self.device, np.zeros(spec.param_count, np.float32))
         self.weight_pos = make_buffer(self.device, weight_pos)
         self.grad_pos = make_buffer(self.device, grad_pos)
@@ -133,6 +136,12 @@ class ParameterStore:
         self.adam_m.copy_from_numpy(np.asarray(m, np.float32))
         self.adam_v.copy_from_numpy(np.asarray(v, np.float32))
 
+    def defines(self) -> str:
+        """Compile-time settings the network and optimizer code must agree on."""
+        if self.coopvec:
+            return f"#define BK_GRAD_SLICE_BYTES {self.slice_bytes}\n"
+        return ""
+
     def network_vars(self) -> dict:
         """Bindings the network's forward/backward pass reads and accumulates into."""
         if self.coopvec:
@@ -149,7 +158,13 @@ class ParameterStore:
         """The accumulated gradient in canonical order (d loss / d parameter); for tests."""
         n = self.spec.param_count
         if self.coopvec:
-            raw = self.grads32.to_numpy().view(np.uint8)
+            raw = self.grads32.to_numpy().view(np.uint8).reshape(COOPVEC_GRAD_SLICES, self.slice_bytes)
             pos = self.grad_pos.to_numpy().view(np.uint32)[:n]
-            return raw.view(np.float32)[pos // 4] * self.grad_scale
+            is32 = (pos & FP32_FLAG) != 0
+            pos = pos & ~np.uint32(FP32_FLAG)
+            total = np.zeros(n, np.float64)
+            for sl in raw:
+                total[is32] += sl.view(np.float32)[pos[is32] // 4]
+                total[~is32] += sl.view(np.float16)[pos[~is32] // 2]
+            return total * self.grad_scale
         return self.grads.to_numpy().view(np.int64)[:n].astype(np.float64) * self.grad_scale

@@ -57,10 +57,10 @@ class Trainer:
         self.device, self.spec, self.objective, self.config = device, spec, objective, config
         self.store = ParameterStore(device, spec)
         self.store.upload(spec.init_params(config.seed) if params is None else params)
-        self.source = ('#include "bakery/mlp.slang"\n' + network_source(spec, self.store.linear_args)
+        self.source = (self.store.defines() + '#include "bakery/mlp.slang"\n' + network_source(spec, self.store.linear_args)
                        + objective.slang_source())
         self._train = device.kernel(self.source, "train_step")
-        self._adam = device.kernel('#include "bakery/adam.slang"\n', "adam_step")
+        self._adam = device.kernel(self.store.defines() + '#include "bakery/adam.slang"\n', "adam_step")
         self.step = 0
 
     def kernel(self, entry: str):

@@ -1,0 +1,130 @@
+"""The ``bakery`` command line: devices, one-off stage runs, pipeline bakes, bundles.
+
+Every expected failure ends with one line on stderr and the exit codes of
+:mod:`bakery.errors` (0 ok, 1 a task failed, 2 usage or configuration error).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from bakery import __version__
+from bakery.errors import BakeryError
+
+
+class _Group(click.Group):
+    """Turns a BakeryError raised anywhere into its one-line message and exit code."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except BakeryError as e:
+            click.echo(f"bakery: error: {e.one_line()}", err=True)
+            sys.exit(e.exit_code)
+
+
+@click.group(cls=_Group)
+@click.version_option(__version__, prog_name="bakery")
+def main():
+    """bakery: neural asset baking for game engines."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def devices(as_json):
+    """List the GPU/Vulkan devices bakery can use."""
+    from bakery.device import list_devices
+    from bakery.errors import DeviceError
+    from bakery.device import INSTALL_HINT
+
+    found = list_devices()
+    if as_json:
+        click.echo(json.dumps([d.to_dict() for d in found]))
+    else:
+        click.echo(f"{'backend':8} {'cooperative_vector':18} {'software':8} adapter")
+        for d in found:
+            click.echo(f"{d.backend:8} {str(d.cooperative_vector):18} {str(d.software):8} {d.adapter}")
+    if not found:
+        raise DeviceError(INSTALL_HINT)
+
+
+def _parse_params(items) -> dict:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            from bakery.errors import UsageError
+
+            raise UsageError(f"expected KEY=VALUE, got {item!r}", key="--param")
+        k, v = item.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+@main.command()
+@click.argument("stage")
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path), help="output bundle folder")
+@click.option("--param", "param_items", multiple=True, metavar="KEY=VALUE", help="stage parameter (repeatable)")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--device", "device_kind", default="auto", show_default=True,
+              type=click.Choice(["auto", "vulkan", "cuda", "software"]))
+def run(stage, inputs, out_dir, param_items, seed, device_kind):
+    """Run one stage once: bakery run STAGE INPUT... -o OUT [--param k=v]."""
+    from bakery.device import open_device
+    from bakery.errors import UsageError
+    from bakery.pipeline.task import run_task
+    from bakery.progress import progress
+    from bakery.stages import StageInput, get_stage
+
+    stage_cls = get_stage(stage, key="STAGE")
+    from bakery.stages import resolve_params
+
+    resolve_params(stage_cls.params, _parse_params(param_items), key_prefix="--param")
+    roles = stage_cls.input_roles
+    if len(inputs) == 1 and Path(inputs[0]).is_dir() and len(roles) > 1:
+        files = {p.stem: p for p in sorted(Path(inputs[0]).iterdir()) if p.stem in roles}
+    elif len(inputs) == len(roles):
+        files = dict(zip(roles, map(Path, inputs)))
+    else:
+        raise UsageError(f"{stage} takes {len(roles)} input(s): {', '.join(roles)}", key="INPUTS")
+    for role, path in files.items():
+        if not Path(path).exists():
+            raise UsageError("file not found", where=str(path), key=role)
+    name = Path(inputs[0]).stem
+    steps = {}
+
+    bar = None
+
+    def report(done=None, total=None, **info):
+        nonlocal bar
+        if total is not None and bar is None:
+            bar = progress(total, f"{stage} {name}")
+        if bar is not None and done is not None:
+            bar.update(done - steps.get("done", 0))
+            steps["done"] = done
+
+    log = logging.getLogger("bakery.run")
+    manifest = run_task(stage_cls, [StageInput(name=name, files=files)], _parse_params(param_items), seed=seed,
+                        device_provider=lambda: open_device(device_kind), out_dir=out_dir, log=log,
+                        progress=report, where=stage)
+    if bar is not None:
+        bar.close()
+    metrics = ", ".join(f"{k} {v}" for k, v in manifest.get("metrics", {}).items())
+    click.echo(f"{stage}: wrote {out_dir} ({metrics})")
+
+
+def _register_subsystem_commands() -> None:
+    from bakery.formats.cli import inspect_cmd, verify_cmd
+    from bakery.pipeline.cli import bake_cmd, clean_cmd
+
+    for cmd in (bake_cmd, clean_cmd, inspect_cmd, verify_cmd):
+        main.add_command(cmd)
+
+
+_register_subsystem_commands()

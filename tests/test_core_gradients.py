@@ -1,0 +1,81 @@
+"""The Slang network's gradients against a float64 numpy reference, every activation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bakery.nn.activations import ACTIVATIONS
+from bakery.nn.encodings import FrequencyEncoding
+from bakery.nn.network import NetworkSpec
+from bakery.nn.parameters import make_buffer
+from bakery.nn.texture_fit import TextureFit
+from bakery.nn.trainer import TrainConfig, Trainer
+from tests.reference import batch_texels, mse_gradients, texel_uv
+
+H, W, BATCH, SEED = 8, 12, 256, 7
+
+
+def _case(device, activation, output_activation="identity"):
+    rng = np.random.default_rng(3)
+    spec = NetworkSpec(FrequencyEncoding(2, 2), (16, 8), 3, activation, output_activation)
+    params = (spec.init_params(11) * 0.8).astype(np.float32)
+    image = rng.random((H, W, 3), dtype=np.float32)
+    obj = TextureFit(device, image)
+    trainer = Trainer(device, spec, obj, TrainConfig(batch=BATCH, seed=SEED), params=params)
+    t = batch_texels(SEED, 0, BATCH, W, H)
+    return spec, params, image, trainer, t
+
+
+def _rel(a, b):
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_weight_gradients_match_numpy(device, activation):
+    if device.coopvec:
+        pytest.skip("fp32 reference check is for the portable backend; CoopVec is checked in test_coopvec")
+    spec, params, image, trainer, t = _case(device, activation, "sigmoid" if activation == "relu" else "identity")
+    got = trainer.accumulate_gradients()
+    ref, _ = mse_gradients(spec, params, texel_uv(t, W, H), image.reshape(-1, 3)[t])
+    assert _rel(got, ref) < 1e-4
+
+
+def test_input_gradients_match_numpy(device):
+    """d loss / d input through the MLP and the frequency encoding."""
+    spec = NetworkSpec(FrequencyEncoding(2, 3), (16, 16), 3, "tanh")
+    params = spec.init_params(5)
+    rng = np.random.default_rng(9)
+    n = 128
+    x = rng.random((n, 2), dtype=np.float32)
+    target = rng.random((n, 3), dtype=np.float32)
+    from bakery.nn.codegen import network_source
+    from bakery.nn.parameters import ParameterStore
+
+    store = ParameterStore(device, spec)
+    store.upload(params)
+    src = ('#include "bakery/mlp.slang"\n' + network_source(spec, store.linear_args) + """
+#include "bakery/losses.slang"
+StructuredBuffer<float> g_x; StructuredBuffer<float> g_t; RWStructuredBuffer<float> g_dx;
+[Differentiable] float sample_loss(float[2] x, no_diff float[3] t) {
+    float[3] w = {1.0, 1.0, 1.0};
+    return bk_loss_l2<3>(Network.forward(x), t, w);
+}
+[shader("compute")][numthreads(64, 1, 1)]
+void input_grad(uint3 tid: SV_DispatchThreadID, uniform uint n, uniform float scale) {
+    uint i = min(tid.x, n - 1);
+    float[2] x = { g_x[2 * i], g_x[2 * i + 1] };
+    float[3] t = { g_t[3 * i], g_t[3 * i + 1], g_t[3 * i + 2] };
+    var p = diffPair(x);
+    bwd_diff(sample_loss)(p, t, tid.x < n ? scale : 0.0);
+    if (tid.x < n) { g_dx[2 * i] = p.d[0]; g_dx[2 * i + 1] = p.d[1]; }
+}
+""")
+    kernel = device.kernel(src, "input_grad")
+    bx, bt, bdx = (make_buffer(device, a) for a in (x.reshape(-1), target.reshape(-1), np.zeros(2 * n, np.float32)))
+    device.submit(lambda enc: kernel.dispatch([n, 1, 1], vars=dict(store.network_vars(), g_x=bx, g_t=bt, g_dx=bdx),
+                                              command_encoder=enc, n=n, scale=1.0 / n))
+    device.wait()
+    got = bdx.to_numpy().view(np.float32)[: 2 * n].reshape(n, 2)
+    _, ref = mse_gradients(spec, params, x, target)
+    assert _rel(got, ref) < 1e-4
