@@ -72,11 +72,20 @@ class Trainer:
         threads = (c.batch + GROUP - 1) // GROUP * GROUP
         self._train.dispatch([threads, 1, 1], vars=dict(self.store.network_vars(), **self.objective.vars()),
                              command_encoder=encoder, u=self.objective.uniforms(self.step, c.batch, c.seed))
+        self._record_update(encoder)
+
+    def _record_update(self, encoder) -> None:
+        c = self.config
         lr = learning_rate(c.schedule, c.optimizer.lr, self.step, c.steps, c.final_lr_ratio)
         n = self.spec.param_count
         self._adam.dispatch([n, 1, 1], vars=self.store.optimizer_vars(), command_encoder=encoder,
                             u=c.optimizer.uniforms(self.step + 1, lr, n, self.store.grad_scale))
         self.step += 1
+
+    def apply_gradients(self) -> None:
+        """One optimizer update from whatever the gradient accumulator holds (tests, tools)."""
+        self.device.submit(self._record_update)
+        self.device.wait()
 
     def accumulate_gradients(self) -> np.ndarray:
         """One backward pass without an update: the canonical-order gradient (for tests)."""
