@@ -7,8 +7,6 @@ import math
 import numpy as np
 import pytest
 
-pytest.importorskip("ispc_texcomp")
-pytest.importorskip("texture2ddecoder")
 
 from bakery.baselines import bcn  # noqa: E402
 from bakery.baselines.material import (baseline_report, format_for, mean_psnr, reconstruct_normal,  # noqa: E402

@@ -38,6 +38,8 @@ def _usage():
 def make_buffer(device, data: np.ndarray):
     """A read/write device buffer initialised from ``data`` (any dtype, raw bytes)."""
     data = np.ascontiguousarray(data)
+    if not data.flags.writeable:  # slangpy takes only writable arrays
+        data = data.copy()
     return device.spy.create_buffer(size=max(data.nbytes, 16), usage=_usage(),
                                     data=data if data.nbytes >= 16 else np.pad(data.view(np.uint8), (0, 16 - data.nbytes)))
 
@@ -168,3 +170,34 @@ class ParameterStore:
                 total[~is32] += sl.view(np.float16)[pos[~is32] // 2]
             return total * self.grad_scale
         return self.grads.to_numpy().view(np.int64)[:n].astype(np.float64) * self.grad_scale
+
+
+class PlainParameters:
+    """A flat fp32 parameter group outside the network (latent grids, shader inputs).
+
+    Gradients are 64-bit fixed point on every backend (see slang/bakery/fixed_point.slang);
+    Adam runs from slang/bakery/adam_plain.slang with its own learning rate and clamps
+    values to [lo, hi] after each update.
+    """
+
+    def __init__(self, device, values: np.ndarray, *, lr: float, lo: float = -3.0e38, hi: float = 3.0e38):
+        values = np.ascontiguousarray(values, np.float32).reshape(-1)
+        self.count, self.lr, self.lo, self.hi = values.size, float(lr), float(lo), float(hi)
+        self.params = make_buffer(device, values)
+        self.grads = make_buffer(device, np.zeros(self.count, np.uint64))
+        self.adam_m = make_buffer(device, np.zeros(self.count, np.float32))
+        self.adam_v = make_buffer(device, np.zeros(self.count, np.float32))
+        self.grad_scale = 1.0 / FIXED_POINT_SCALE
+
+    def download(self) -> np.ndarray:
+        return self.params.to_numpy().view(np.float32)[: self.count].copy()
+
+    def upload(self, values: np.ndarray) -> None:
+        self.params.copy_from_numpy(np.ascontiguousarray(values, np.float32).reshape(-1))
+
+    def gradients(self) -> np.ndarray:
+        return self.grads.to_numpy().view(np.int64)[: self.count].astype(np.float64) * self.grad_scale
+
+    def optimizer_vars(self) -> dict:
+        return {"g_plain_params": self.params, "g_plain_grads": self.grads,
+                "g_plain_m": self.adam_m, "g_plain_v": self.adam_v}

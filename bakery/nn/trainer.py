@@ -36,6 +36,9 @@ class Objective(Protocol):
     def uniforms(self, step: int, batch: int, seed: int) -> dict:
         """The ``u`` entry-point uniforms of ``train_step`` for one step."""
 
+    def param_groups(self) -> list:
+        """Trainable :class:`PlainParameters` besides the network (may be empty)."""
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -61,6 +64,9 @@ class Trainer:
                        + objective.slang_source())
         self._train = device.kernel(self.source, "train_step")
         self._adam = device.kernel(self.store.defines() + '#include "bakery/adam.slang"\n', "adam_step")
+        self.groups = list(getattr(objective, "param_groups", lambda: [])())
+        if self.groups:
+            self._adam_plain = device.kernel('#include "bakery/adam_plain.slang"\n', "adam_plain_step")
         self.step = 0
 
     def kernel(self, entry: str):
@@ -80,6 +86,11 @@ class Trainer:
         n = self.spec.param_count
         self._adam.dispatch([n, 1, 1], vars=self.store.optimizer_vars(), command_encoder=encoder,
                             u=c.optimizer.uniforms(self.step + 1, lr, n, self.store.grad_scale))
+        for g in self.groups:
+            glr = learning_rate(c.schedule, g.lr, self.step, c.steps, c.final_lr_ratio)
+            self._adam_plain.dispatch([g.count, 1, 1], vars=g.optimizer_vars(), command_encoder=encoder,
+                                      u=c.optimizer.uniforms(self.step + 1, glr, g.count, g.grad_scale),
+                                      lo=g.lo, hi=g.hi)
         self.step += 1
 
     def apply_gradients(self) -> None:
@@ -123,8 +134,13 @@ class Trainer:
         path = Path(path)
         tmp = path.with_name(path.name + f".tmp{os.getpid()}")
         with open(tmp, "wb") as f:
+            groups = {}
+            for k, g in enumerate(self.groups):
+                groups[f"group{k}_params"] = g.download()
+                groups[f"group{k}_m"] = g.adam_m.to_numpy().view(np.float32)[: g.count]
+                groups[f"group{k}_v"] = g.adam_v.to_numpy().view(np.float32)[: g.count]
             np.savez(f, params=self.params(), adam_m=m, adam_v=v, step=np.int64(self.step),
-                     param_count=np.int64(self.spec.param_count))
+                     param_count=np.int64(self.spec.param_count), **groups)
         os.replace(tmp, path)
 
     def load_checkpoint(self, path: Path) -> None:
@@ -133,4 +149,8 @@ class Trainer:
                 raise ValueError(f"{path}: checkpoint is for a different network")
             self.store.upload(z["params"])
             self.store.set_optimizer_state(z["adam_m"], z["adam_v"])
+            for k, g in enumerate(self.groups):
+                g.upload(z[f"group{k}_params"])
+                g.adam_m.copy_from_numpy(z[f"group{k}_m"])
+                g.adam_v.copy_from_numpy(z[f"group{k}_v"])
             self.step = int(z["step"])

@@ -1,3 +1,3 @@
 """Imports every built-in stage module so that each registers itself."""
 
-from bakery.stages import neural_texture  # noqa: F401
+from bakery.stages import neural_texture, ntc  # noqa: F401

@@ -1,0 +1,1 @@
+"""Neural texture compression: material sets, rate control and the per-texel decoder."""
