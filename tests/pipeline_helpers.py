@@ -6,27 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 import time
-import types
 from pathlib import Path
 
 import numpy as np
 
-
-def _ensure_builtin_stages_importable() -> None:
-    """get_stage() imports the built-in stages; until neural_texture lands, stub it (tests only)."""
-    import importlib.util
-
-    if importlib.util.find_spec("bakery.stages.neural_texture") is None:
-        sys.modules["bakery.stages.neural_texture"] = types.ModuleType("bakery.stages.neural_texture")
-
-
-
-_ensure_builtin_stages_importable()
-
-from bakery.formats.images import load_image  # noqa: E402
-from bakery.stages import Param, Stage, StageResult, register  # noqa: E402
+from bakery.formats.images import load_image
+from bakery.stages import Param, Stage, StageResult, register
 
 #: How many times each test stage ran in this process, by type name.
 RUNS: dict[str, int] = {}

@@ -21,7 +21,7 @@ from bakery.ntc.material import ROLES
 ROOT = Path(__file__).resolve().parent.parent
 SIZE = 64
 SMALL = ["--param", "bpp=18", "--param", "steps=200", "--param", "batch=4096", "--param", "hidden=16",
-         "--param", "layers=1", "--param", "latent_lr=0.05", "--param", "lr=0.01", "--param", "baseline=false"]
+         "--param", "layers=1", "--param", "latent_lr=0.05", "--param", "lr=0.01"]
 
 
 def _material(folder: Path, size: int = SIZE) -> Path:
@@ -55,6 +55,17 @@ def test_rate_is_counted_exactly(bundle):
     assert rate["decoder_bits"] == m["network"]["param_count"] * 16
     assert m["metrics"]["bpp"] == pytest.approx((latent_bits + rate["decoder_bits"]) / SIZE**2, abs=1e-4)
     assert m["metrics"]["bpp"] <= 18
+
+
+def test_baseline_is_reported_at_full_and_equal_bytes(bundle):
+    _, out = bundle
+    m = json.loads((out / "manifest.json").read_text())
+    base = m["ntc"]["baseline"]
+    assert {t["format"] for t in base["textures"].values()} == {"bc7", "bc5", "bc4"}
+    assert base["total"]["bpp"] == 32
+    assert base["same_bytes"]["neural_bpp"] == pytest.approx(m["metrics"]["bpp"], abs=1e-4)
+    assert abs(base["same_bytes"]["bpp"] - m["metrics"]["bpp"]) / m["metrics"]["bpp"] < 0.15
+    assert base["textures"]["albedo"]["same_bytes_psnr"] < base["textures"]["albedo"]["psnr"]
 
 
 def test_quality_beats_a_trivial_bound(bundle):

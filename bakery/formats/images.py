@@ -63,3 +63,9 @@ def psnr(a: np.ndarray, b: np.ndarray, peak: float = 1.0) -> float:
     qb = to_uint8(b).astype(np.float64) / 255.0
     mse = float(np.mean((qa - qb) ** 2))
     return float("inf") if mse == 0 else 10.0 * np.log10(peak * peak / mse)
+
+
+def mean_psnr(values) -> float:
+    """Mean of the finite PSNRs (a lossless texture's inf would swamp the mean); inf if all are."""
+    finite = [float(v) for v in values if np.isfinite(v)]
+    return float(np.mean(finite)) if finite else float("inf")

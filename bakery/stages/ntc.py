@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from bakery.errors import UsageError
-from bakery.formats.images import psnr
+from bakery.formats.images import mean_psnr, psnr
 from bakery.nn.latent_texture_fit import LATENT_BITS, LatentTextureFit
 from bakery.nn.optimizers import Adam
 from bakery.nn.trainer import TrainConfig, Trainer
@@ -110,7 +110,7 @@ class NeuralTextureCompression(Stage):
         out.write_bytes("ntc_decode.slang", generate_ntc_decoder(point.grid, point.network).encode(), role="shader")
 
         metrics = {"bpp": round(point.bpp, 4), "psnr_db": {r: round(v, 3) for r, v in scores.items()},
-                   "mean_psnr_db": round(float(np.mean(list(scores.values()))), 3)}
+                   "mean_psnr_db": round(mean_psnr(scores.values()), 3)}
         extra = {"material": {"roles": list(material.roles),
                               "channels": {r: [a, n] for r, (a, n) in zip(material.roles, material.slices)},
                               "width": w, "height": h, "normal_channel": material.normal_channel},
@@ -138,7 +138,7 @@ class NeuralTextureCompression(Stage):
         while lo <= hi:
             mid = (lo + hi) // 2
             result = train(points[mid])
-            mean = float(np.mean(list(result[4].values())))
+            mean = mean_psnr(result[4].values())
             tried.append({"bpp": round(points[mid].bpp, 4), "mean_psnr_db": round(mean, 3)})
             if mean >= target:
                 best, hi = result, mid - 1
