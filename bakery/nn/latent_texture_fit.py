@@ -10,7 +10,6 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from bakery.nn.parameters import PlainParameters, make_buffer
-from bakery.nn.trainer import GROUP
 
 LATENT_BITS = (1, 2, 4, 8)  # bit depths whose UNORM steps are exact in 8-bit textures
 
@@ -103,11 +102,7 @@ class LatentTextureFit:
     def decode(self, trainer) -> np.ndarray:
         """Raw decoder outputs for every texel, [H, W, C] float32."""
         n = self.width * self.height
-        kernel = trainer.kernel("decode")
-        self.device.submit(lambda enc: kernel.dispatch(
-            [(n + GROUP - 1) // GROUP * GROUP, 1, 1], vars=dict(trainer.store.network_vars(), **self.vars()),
-            command_encoder=enc, u=self.uniforms(0, 1, 0)))
-        self.device.wait()
+        trainer.run_kernel("decode", n, self.uniforms(0, 1, 0))
         out = self._output.to_numpy().view(np.float32)[: n * self.channels]
         return out.reshape(self.height, self.width, self.channels).copy()
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 
 from bakery.nn.parameters import make_buffer
-from bakery.nn.trainer import GROUP
 
 LOSSES = ("l2", "l1", "relative_l2")
 
@@ -37,10 +36,6 @@ class TextureFit:
     def decode(self, trainer) -> np.ndarray:
         """The whole texture as the trained network reproduces it, [H, W, C] float32."""
         n = self.width * self.height
-        kernel = trainer.kernel("decode")
-        self.device.submit(lambda enc: kernel.dispatch(
-            [(n + GROUP - 1) // GROUP * GROUP, 1, 1], vars=dict(trainer.store.network_vars(), **self.vars()),
-            command_encoder=enc, u=self.uniforms(0, 1, 0)))
-        self.device.wait()
+        trainer.run_kernel("decode", n, self.uniforms(0, 1, 0))
         out = self._output.to_numpy().view(np.float32)[: n * self.channels]
         return out.reshape(self.height, self.width, self.channels).copy()

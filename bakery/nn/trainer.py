@@ -73,6 +73,15 @@ class Trainer:
         """Another entry point of the objective's program (e.g. its decode kernel)."""
         return self.device.kernel(self.source, entry)
 
+    def run_kernel(self, entry: str, threads: int, uniforms: dict) -> None:
+        """Runs an objective entry point over ``threads`` threads with the network and the
+        objective's buffers bound, and waits for it (decoding, evaluation)."""
+        kernel = self.kernel(entry)
+        self.device.submit(lambda enc: kernel.dispatch(
+            [(threads + GROUP - 1) // GROUP * GROUP, 1, 1],
+            vars=dict(self.store.network_vars(), **self.objective.vars()), command_encoder=enc, u=uniforms))
+        self.device.wait()
+
     def _record_step(self, encoder) -> None:
         c = self.config
         threads = (c.batch + GROUP - 1) // GROUP * GROUP

@@ -59,6 +59,17 @@ class StageContext:
         return self._device_provider()
 
 
+class StepProgress:
+    """Adapts a trainer's ``update(n)`` to the context's ``progress(done, total=...)``."""
+
+    def __init__(self, ctx: StageContext, total: int):
+        self.ctx, self.total, self.done = ctx, total, 0
+
+    def update(self, n: int) -> None:
+        self.done += n
+        self.ctx.progress(self.done, total=self.total)
+
+
 class Stage:
     """Base class of every bake stage; subclasses are registered with :func:`register`."""
 

@@ -15,17 +15,7 @@ from bakery.nn.optimizers import SCHEDULES, Adam
 from bakery.nn.texture_fit import LOSSES, TextureFit
 from bakery.nn.trainer import TrainConfig, Trainer
 from bakery.stages import Param, Stage, StageResult, register
-
-
-class _StepProgress:
-    """Adapts the trainer's ``update(n)`` to the context's ``progress(done, total)``."""
-
-    def __init__(self, ctx, total: int):
-        self.ctx, self.total, self.done = ctx, total, 0
-
-    def update(self, n: int) -> None:
-        self.done += n
-        self.ctx.progress(self.done, total=self.total)
+from bakery.stages.base import StepProgress
 
 
 @register
@@ -61,7 +51,7 @@ class NeuralTexture(Stage):
         config = TrainConfig(steps=params["steps"], batch=params["batch"], optimizer=Adam(lr=params["lr"]),
                              schedule=params["schedule"], seed=ctx.seed)
         trainer = Trainer(device, spec, objective, config)
-        trainer.train(progress=_StepProgress(ctx, config.steps))
+        trainer.train(progress=StepProgress(ctx, config.steps))
         decoded = objective.decode(trainer)
         weights = trainer.params()
         score = psnr(decoded, image)

@@ -19,15 +19,7 @@ from bakery.ntc.material import ROLES, load_material, renormalize_normals
 from bakery.ntc.rate import candidates, choose
 from bakery.ntc.shader import generate_ntc_decoder
 from bakery.stages import Param, Stage, StageResult, register
-
-
-class _StepProgress:
-    def __init__(self, ctx, total: int):
-        self.ctx, self.total, self.done = ctx, total, 0
-
-    def update(self, n: int) -> None:
-        self.done += n
-        self.ctx.progress(self.done, total=self.total)
+from bakery.stages.base import StepProgress
 
 
 def _weight_params():
@@ -80,7 +72,7 @@ class NeuralTextureCompression(Stage):
                                    normal_channel=material.normal_channel, latent_lr=params["latent_lr"],
                                    seed=ctx.seed)
             trainer = Trainer(ctx.device, point.network, obj, cfg)
-            trainer.train(progress=_StepProgress(ctx, cfg.steps))
+            trainer.train(progress=StepProgress(ctx, cfg.steps))
             decoded = renormalize_normals(obj.decode(trainer), material.normal_channel)
             scores = {r: psnr(decoded[..., a:a + n], material.image[..., a:a + n])
                       for r, (a, n) in zip(material.roles, material.slices)}
