@@ -108,24 +108,27 @@ class BundleWriter:
     # -- textures ----------------------------------------------------------------------
     def write_texture(self, name: str, format: str | None = None, mips: Sequence | None = None, *,
                       texture: Texture | None = None, width: int | None = None, height: int | None = None,
-                      array: bool | None = None, role: str = "texture") -> Path:
+                      array: bool | None = None, role: str = "texture", supercompression: str = "none") -> Path:
         """Writes a DDS (``.dds``) or KTX2 (``.ktx2``) texture, chosen by the name's extension.
 
         Either pass a :class:`Texture` or ``format`` + ``mips`` as for
         :func:`bakery.formats.texture.make_texture` (uncompressed: arrays [H, W, C] or
         [layers, H, W, C] per mip, floats in [0, 1] quantised for UNORM; BCn: bytes per
-        mip, or a list of bytes per layer, with ``width``/``height``).
+        mip, or a list of bytes per layer, with ``width``/``height``). ``supercompression``
+        (``"none"`` or ``"zstd"``) applies to ``.ktx2`` only; DDS has no supercompression.
         """
         from bakery.formats.dds import write_dds
         from bakery.formats.ktx2 import write_ktx2
         suffix = Path(name).suffix.lower()
         if suffix not in TEXTURE_CONTAINERS:
             raise ValueError(f"texture {name!r} must end in .dds or .ktx2")
+        if suffix == ".dds" and supercompression != "none":
+            raise ValueError(f"texture {name!r}: DDS has no supercompression ({supercompression!r} needs .ktx2)")
         if texture is None:
             if format is None or mips is None:
                 raise ValueError("write_texture needs texture= or format and mips")
             texture = make_texture(format, mips, width=width, height=height, array=array)
-        data = write_dds(texture) if suffix == ".dds" else write_ktx2(texture)
+        data = write_dds(texture) if suffix == ".dds" else write_ktx2(texture, supercompression=supercompression)
         path = self.write_bytes(name, data, role=role)
         self._textures[name] = texture_record(texture)
         return path

@@ -1,9 +1,16 @@
-"""KTX 2.0 writer and reader (Khronos KTX 2.0 specification), no supercompression.
+"""KTX 2.0 writer and reader (Khronos KTX 2.0 specification), supercompression 0 or 2.
 
 Writes: the 80-byte header, the level index, a Data Format Descriptor with one basic
 block, a ``KTXwriter`` key/value entry, then mip data from the smallest level to the
-largest (as the spec requires), each level aligned to lcm(texel block bytes, 4).
-zstd supercompression (scheme 2) is not written: no zstd package is a dependency here.
+largest (as the spec requires).
+
+- ``supercompression="none"`` (scheme 0): each level aligned to lcm(texel block bytes, 4).
+- ``supercompression="zstd"`` (scheme 2, Zstandard): each level (all its layers) is one
+  zstd frame of its own, with content size and checksum, at level :data:`ZSTD_LEVEL`;
+  ``byteLength`` is the frame's size, ``uncompressedByteLength`` the raw size. Levels are
+  packed without ``mipPadding`` (the spec requires it only for scheme 0), there is no
+  supercompression global data, and the DFD is the one of the raw format. Needs the
+  ``zstandard`` package, imported only when a zstd file is written or read.
 """
 
 from __future__ import annotations
@@ -19,6 +26,10 @@ IDENTIFIER = b"\xabKTX 20\xbb\r\n\x1a\n"
 HEADER = struct.Struct("<12s9I4I2Q")     # identifier, vkFormat..supercompression, dfd/kvd offsets+lengths, sgd
 LEVEL = struct.Struct("<3Q")             # byteOffset, byteLength, uncompressedByteLength
 SUPERCOMPRESSION_NONE = 0
+SUPERCOMPRESSION_ZSTD = 2
+SUPERCOMPRESSION = {"none": SUPERCOMPRESSION_NONE, "zstd": SUPERCOMPRESSION_ZSTD}
+# Fixed, so equal textures give equal bytes (for one libzstd version); one thread, no dictionary.
+ZSTD_LEVEL = 19
 
 # Data Format Descriptor constants (Khronos Data Format Specification 1.3).
 KHR_DF_VERSION = 2
@@ -77,12 +88,23 @@ def _type_size(fmt: PixelFormat) -> int:
     return 2 if fmt.numpy_dtype == "<f2" else 1
 
 
-def _level_alignment(fmt: PixelFormat) -> int:
-    return math.lcm(fmt.block_bytes, 4)
+def _level_alignment(fmt: PixelFormat, scheme: int = SUPERCOMPRESSION_NONE) -> int:
+    """Alignment of each level's byteOffset: lcm(texel block bytes, 4) unsupercompressed, else 1."""
+    return math.lcm(fmt.block_bytes, 4) if scheme == SUPERCOMPRESSION_NONE else 1
 
 
-def write_ktx2(tex: Texture) -> bytes:
-    """KTX2 bytes of a checked texture (supercompressionScheme 0)."""
+def _zstd_compress(raw: list[bytes]) -> list[bytes]:
+    import zstandard
+    cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True, write_content_size=True,
+                                    write_dict_id=False, threads=0)
+    return [cctx.compress(r) for r in raw]
+
+
+def write_ktx2(tex: Texture, *, supercompression: str = "none") -> bytes:
+    """KTX2 bytes of a checked texture; ``supercompression`` is ``"none"`` (scheme 0) or ``"zstd"`` (2)."""
+    if supercompression not in SUPERCOMPRESSION:
+        raise ValueError(f"unknown KTX2 supercompression {supercompression!r} (known: {', '.join(SUPERCOMPRESSION)})")
+    scheme = SUPERCOMPRESSION[supercompression]
     tex.check()
     fmt = tex.format
     n = tex.level_count
@@ -91,8 +113,9 @@ def write_ktx2(tex: Texture) -> bytes:
     dfd_off = HEADER.size + n * LEVEL.size
     kvd_off = dfd_off + len(dfd)
     pos = kvd_off + len(kvd)
-    align = _level_alignment(fmt)
-    levels = [b"".join(tex.levels[m]) for m in range(n)]
+    align = _level_alignment(fmt, scheme)
+    raw = [b"".join(tex.levels[m]) for m in range(n)]
+    levels = _zstd_compress(raw) if scheme == SUPERCOMPRESSION_ZSTD else raw
     offsets = [0] * n
     body = bytearray()
     for m in reversed(range(n)):         # smallest mip first in the file
@@ -101,9 +124,9 @@ def write_ktx2(tex: Texture) -> bytes:
         offsets[m] = pos + len(body)
         body += levels[m]
     header = HEADER.pack(IDENTIFIER, fmt.vk, _type_size(fmt), tex.width, tex.height, 0,
-                         tex.layer_count if tex.is_array else 0, 1, n, SUPERCOMPRESSION_NONE,
+                         tex.layer_count if tex.is_array else 0, 1, n, scheme,
                          dfd_off, len(dfd), kvd_off, len(kvd), 0, 0)
-    index = b"".join(LEVEL.pack(offsets[m], len(levels[m]), len(levels[m])) for m in range(n))
+    index = b"".join(LEVEL.pack(offsets[m], len(levels[m]), len(raw[m])) for m in range(n))
     return header + index + dfd + kvd + bytes(body)
 
 
@@ -121,8 +144,8 @@ def read_ktx2(data: bytes, *, where: str = "texture.ktx2") -> Texture:
     if vk not in BY_VK:
         raise bad(f"unsupported vkFormat {vk}")
     fmt = BY_VK[vk]
-    if scheme != SUPERCOMPRESSION_NONE:
-        raise bad(f"supercompression scheme {scheme} is not supported (only 0, none)")
+    if scheme not in (SUPERCOMPRESSION_NONE, SUPERCOMPRESSION_ZSTD):
+        raise bad(f"supercompression scheme {scheme} is not supported (only 0, none, and 2, zstd)")
     if type_size != _type_size(fmt) or depth != 0 or faces != 1:
         raise bad(f"not a plain 2D {fmt.name} texture (typeSize {type_size}, depth {depth}, faces {faces})")
     if not (1 <= width <= 65536 and 1 <= height <= 65536 and layers <= 65536):
@@ -141,18 +164,48 @@ def read_ktx2(data: bytes, *, where: str = "texture.ktx2") -> Texture:
     if sgd_len or sgd_off:
         raise bad("unexpected supercompression global data")
     n_layers = max(layers, 1)
-    align = _level_alignment(fmt)
+    align = _level_alignment(fmt, scheme)
     data_start = max(dfd_off + dfd_len, kvd_off + kvd_len)
-    surfaces, end = [], 0
+    spans = []
     for m in range(n):
         off, length, ulength = LEVEL.unpack_from(data, HEADER.size + m * LEVEL.size)
         size = fmt.level_bytes(mip_size(width, m), mip_size(height, m))
-        if length != size * n_layers or ulength != length:
-            raise bad(f"mip {m}: {length} bytes, expected {size * n_layers}")
+        if ulength != size * n_layers or (scheme == SUPERCOMPRESSION_NONE and length != ulength):
+            raise bad(f"mip {m}: {length} bytes ({ulength} uncompressed), expected {size * n_layers}")
         if off % align or off < data_start or off + length > len(data):
             raise bad(f"mip {m}: offset {off} misaligned or out of range")
-        surfaces.append(tuple(bytes(data[off + i * size:off + (i + 1) * size]) for i in range(n_layers)))
-        end = max(end, off + length) if m else off + length
+        spans.append((off, length, ulength, size))
+    end = max(off + length for off, length, _, _ in spans)
     if end != len(data):
         raise bad(f"size mismatch: level data ends at {end}, file has {len(data)} bytes")
+    decompress = _zstd_decompressor(bad) if scheme == SUPERCOMPRESSION_ZSTD else None
+    surfaces = []
+    for m, (off, length, ulength, size) in enumerate(spans):
+        level = bytes(data[off:off + length])
+        if decompress is not None:
+            level = decompress(m, level, ulength)
+        surfaces.append(tuple(level[i * size:(i + 1) * size] for i in range(n_layers)))
     return Texture(fmt, width, height, tuple(surfaces), is_array=layers > 0)
+
+
+def _zstd_decompressor(bad):
+    """``f(mip, frame, uncompressed_length) -> bytes`` for scheme 2; every failure raises ``bad(...)``."""
+    try:
+        import zstandard
+    except ImportError:
+        raise bad("supercompression scheme 2 (zstd) needs the zstandard package (pip install zstandard)") from None
+    dctx = zstandard.ZstdDecompressor()
+
+    def decompress(m: int, frame: bytes, ulength: int) -> bytes:
+        try:
+            declared = zstandard.get_frame_parameters(frame).content_size
+            if declared not in (ulength, zstandard.CONTENTSIZE_UNKNOWN):   # refuse before allocating
+                raise bad(f"mip {m}: zstd frame declares {declared} bytes, uncompressedByteLength is {ulength}")
+            out = dctx.decompress(frame, max_output_size=ulength, allow_extra_data=False)
+        except zstandard.ZstdError as e:
+            raise bad(f"mip {m}: zstd: {e}") from None
+        if len(out) != ulength:
+            raise bad(f"mip {m}: zstd inflated to {len(out)} bytes, uncompressedByteLength is {ulength}")
+        return out
+
+    return decompress
