@@ -39,19 +39,18 @@ def main():
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def devices(as_json):
     """List the GPU/Vulkan devices bakery can use."""
-    from bakery.device import list_devices
+    from bakery.device import INSTALL_HINT, list_devices
     from bakery.errors import DeviceError
-    from bakery.device import INSTALL_HINT
 
     found = list_devices()
+    if not found:
+        raise DeviceError(INSTALL_HINT)
     if as_json:
         click.echo(json.dumps([d.to_dict() for d in found]))
     else:
         click.echo(f"{'backend':8} {'cooperative_vector':18} {'software':8} adapter")
         for d in found:
             click.echo(f"{d.backend:8} {str(d.cooperative_vector):18} {str(d.software):8} {d.adapter}")
-    if not found:
-        raise DeviceError(INSTALL_HINT)
 
 
 def _parse_params(items) -> dict:

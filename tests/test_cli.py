@@ -81,3 +81,19 @@ def test_bad_input_is_one_line_exit_2_nothing_written(case, image, tmp_path):
     assert expected in lines[0]
     assert not out.exists()
     assert not any(p.name.startswith(".out") for p in tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("command", [["devices"], ["run", "neural_texture", "IMAGE", "-o", "OUT"]])
+def test_no_vulkan_driver_says_what_to_install(command, image, tmp_path):
+    """A machine without any Vulkan driver: one line naming what to install, exit 2."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, VK_DRIVER_FILES=str(tmp_path / "none.json"), VK_ICD_FILENAMES=str(tmp_path / "none.json"))
+    args = [str(image) if a == "IMAGE" else str(tmp_path / "out") if a == "OUT" else a for a in command]
+    r = subprocess.run([sys.executable, "-m", "bakery", *args], env=env, capture_output=True, text=True)
+    assert r.returncode == 2
+    lines = [l for l in (r.stdout + r.stderr).splitlines() if l.strip()]
+    assert len(lines) == 1 and "mesa-vulkan-drivers" in lines[0], lines
+    assert not (tmp_path / "out").exists()
