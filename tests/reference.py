@@ -32,8 +32,9 @@ def texel_uv(t: np.ndarray, width: int, height: int) -> np.ndarray:
     return np.stack([(t % width + 0.5) / width, (t // width + 0.5) / height], -1).astype(np.float32).astype(np.float64)
 
 
-def mse_gradients(spec: NetworkSpec, params: np.ndarray, x: np.ndarray, target: np.ndarray):
-    """Gradient of mean over samples of mean over channels of (y - target)^2.
+def mse_gradients(spec: NetworkSpec, params: np.ndarray, x: np.ndarray, target: np.ndarray, loss: str = "l2"):
+    """Gradient of mean over samples of mean over channels of the per-element loss:
+    l2 (y - t)^2, l1 |y - t|, relative_l2 (y - t)^2 / (stop_gradient(y)^2 + 0.01).
 
     Returns (d params in canonical layout, d inputs)."""
     params = params.astype(np.float64)
@@ -46,7 +47,12 @@ def mse_gradients(spec: NetworkSpec, params: np.ndarray, x: np.ndarray, target: 
         pre.append(z)
         post.append(h)
     n, c = target.shape
-    dy = 2.0 * (h - target) / (n * c)
+    if loss == "l2":
+        dy = 2.0 * (h - target) / (n * c)
+    elif loss == "l1":
+        dy = np.sign(h - target) / (n * c)
+    else:
+        dy = 2.0 * (h - target) / (h.astype(np.float32).astype(np.float64) ** 2 + 0.01) / (n * c)
     grad = np.zeros_like(params)
     for k in range(len(spec.layers) - 1, -1, -1):
         l = spec.layers[k]

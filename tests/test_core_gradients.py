@@ -16,12 +16,12 @@ from tests.reference import batch_texels, mse_gradients, texel_uv
 H, W, BATCH, SEED = 8, 12, 256, 7
 
 
-def _case(device, activation, output_activation="identity"):
+def _case(device, activation, output_activation="identity", loss="l2"):
     rng = np.random.default_rng(3)
     spec = NetworkSpec(FrequencyEncoding(2, 2), (16, 8), 3, activation, output_activation)
     params = (spec.init_params(11) * 0.8).astype(np.float32)
     image = rng.random((H, W, 3), dtype=np.float32)
-    obj = TextureFit(device, image)
+    obj = TextureFit(device, image, loss=loss)
     trainer = Trainer(device, spec, obj, TrainConfig(batch=BATCH, seed=SEED), params=params)
     t = batch_texels(SEED, 0, BATCH, W, H)
     return spec, params, image, trainer, t
@@ -38,6 +38,16 @@ def test_weight_gradients_match_numpy(device, activation):
     spec, params, image, trainer, t = _case(device, activation, "sigmoid" if activation == "relu" else "identity")
     got = trainer.accumulate_gradients()
     ref, _ = mse_gradients(spec, params, texel_uv(t, W, H), image.reshape(-1, 3)[t])
+    assert _rel(got, ref) < 1e-4
+
+
+@pytest.mark.parametrize("loss", ["l1", "relative_l2"])
+def test_loss_gradients_match_numpy(device, loss):
+    if device.coopvec:
+        pytest.skip("fp32 reference check is for the portable backend")
+    spec, params, image, trainer, t = _case(device, "tanh", loss=loss)
+    got = trainer.accumulate_gradients()
+    ref, _ = mse_gradients(spec, params, texel_uv(t, W, H), image.reshape(-1, 3)[t], loss)
     assert _rel(got, ref) < 1e-4
 
 

@@ -184,3 +184,37 @@ def test_bad_material_input(case, tmp_path):
 
 def test_roles_are_known():
     assert list(ROLES)[:6] == ["albedo", "normal", "roughness", "metalness", "ao", "height"]
+
+
+def test_target_psnr_picks_the_cheapest_rate_that_reaches_it(tmp_path):
+    mat = _material(tmp_path / "m")
+    out = tmp_path / "out"
+    target = 22.0
+    r = _run("run", "ntc", mat, "-o", out, "--param", "target_psnr=22", "--param", "steps=100",
+             "--param", "batch=4096", "--param", "hidden=16", "--param", "layers=1", "--param", "latent_lr=0.05",
+             "--param", "lr=0.01", "--param", "baseline=false")
+    assert r.exit_code == 0, r.output
+    m = json.loads((out / "manifest.json").read_text())
+    tried = m["ntc"]["rate"]["tried"]
+    assert len(tried) >= 2
+    chosen = m["metrics"]["bpp"]
+    reached = [t for t in tried if t["mean_psnr_db"] >= target]
+    if reached:
+        assert m["metrics"]["mean_psnr_db"] >= target
+        assert chosen == pytest.approx(min(t["bpp"] for t in reached), abs=1e-3)
+    else:
+        assert chosen == pytest.approx(max(t["bpp"] for t in tried), abs=1e-3)
+
+
+def test_transcode_writes_bcn_textures(tmp_path):
+    from bakery.formats.dds import read_dds
+
+    mat = _material(tmp_path / "m")
+    out = tmp_path / "out"
+    r = _run("run", "ntc", mat, "-o", out, "--param", "transcode=bcn", "--param", "steps=20", "--param",
+             "bpp=18", "--param", "hidden=16", "--param", "layers=1", "--param", "baseline=false")
+    assert r.exit_code == 0, r.output
+    formats = {p.stem: read_dds((p).read_bytes()).format.name for p in out.glob("transcoded_*.dds")}
+    assert formats == {"transcoded_albedo": "bc7_srgb", "transcoded_normal": "bc5_unorm",
+                       "transcoded_roughness": "bc4_unorm", "transcoded_metalness": "bc4_unorm",
+                       "transcoded_ao": "bc4_unorm", "transcoded_height": "bc4_unorm"}

@@ -95,7 +95,8 @@ class NeuralTextureCompression(Stage):
             arr = (codes.astype(np.float32) / top).reshape(codes.shape[0], codes.shape[1], layers, 4)
             arr = np.ascontiguousarray(arr.transpose(2, 0, 1, 3))  # [layers, H, W, 4]
             for ext in ("dds", "ktx2"):
-                out.write_texture(f"latents_{k}.{ext}", "rgba8_unorm", [arr], array=True, role="latents")
+                out.write_texture(f"latents_{k}.{ext}", "rgba8_unorm", [arr], array=True, role="latents",
+                                  supercompression="zstd" if ext == "ktx2" else "none")
         for role, image in material.split(decoded).items():
             out.write_png(f"preview_{role}.png", image)
         out.write_decoder_artifacts(point.network, params=net_params, shaders=("slang", "hlsl"))
