@@ -96,17 +96,20 @@ def run(stage, inputs, out_dir, param_items, seed, device_kind):
         if not Path(path).exists():
             raise UsageError("file not found", where=str(path), key=role)
     name = Path(inputs[0]).stem
-    steps = {}
-
-    bar = None
+    bar, shown = None, 0
 
     def report(done=None, total=None, **info):
-        nonlocal bar
-        if total is not None and bar is None:
-            bar = progress(total, f"{stage} {name}")
-        if bar is not None and done is not None:
-            bar.update(done - steps.get("done", 0))
-            steps["done"] = done
+        # A stage may train several times (ntc's target_psnr search): a count that starts
+        # again begins a new bar rather than running the old one backwards.
+        nonlocal bar, shown
+        if done is None:
+            return
+        if bar is None or done < shown:
+            if bar is not None:
+                bar.close()
+            bar, shown = progress(total or done, f"{stage} {name}"), 0
+        bar.update(done - shown)
+        shown = done
 
     log = logging.getLogger("bakery.run")
     manifest = run_task(stage_cls, [StageInput(name=name, files=files)], _parse_params(param_items), seed=seed,

@@ -84,11 +84,12 @@ class Device:
             k = self._programs[(key, entry)] = self.spy.create_compute_kernel(program)
         return k
 
-    def submit(self, record) -> None:
-        """Records dispatches with ``record(encoder)`` into one command buffer and runs it."""
+    def submit(self, record) -> int:
+        """Records dispatches with ``record(encoder)`` into one command buffer and runs it;
+        returns the submission id (``spy.wait_for_submit``)."""
         encoder = self.spy.create_command_encoder()
         record(encoder)
-        self.spy.submit_command_buffer(encoder.finish())
+        return self.spy.submit_command_buffer(encoder.finish())
 
     def wait(self) -> None:
         self.spy.wait_for_idle()

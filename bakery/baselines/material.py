@@ -18,7 +18,7 @@ import numpy as np
 
 from bakery.baselines import bcn
 from bakery.baselines.resample import downsample_area, upsample_bilinear
-from bakery.formats.images import psnr
+from bakery.formats.images import mean_psnr, psnr
 
 ROLE_FORMATS = {"albedo": "bc7", "normal": "bc5", "roughness": "bc4", "metalness": "bc4",
                 "ao": "bc4", "height": "bc4"}
@@ -93,14 +93,6 @@ def round_trip(role: str, image: np.ndarray, fmt: str, width: int | None = None,
     if (width, height) != (w, h):
         dec = np.clip(upsample_bilinear(dec, w, h), 0.0, 1.0)
     return blocks, _as_shipped(role, image, dec)
-
-
-def mean_psnr(values) -> float:
-    """Mean of the finite PSNRs (a lossless texture, e.g. a constant metalness map, is left out
-    rather than making the mean infinite); ``inf`` if every texture is lossless."""
-    vals = [float(v) for v in values]
-    finite = [v for v in vals if math.isfinite(v)]
-    return float(np.mean(finite)) if finite else float("inf")
 
 
 def same_bytes_size(width: int, height: int, set_block_bytes: int, budget_bytes: float) -> tuple[int, int]:

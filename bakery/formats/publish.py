@@ -73,6 +73,8 @@ def atomic_publish(staging_dir: Path, final_dir: Path, *, use_exchange: bool = T
         raise FileNotFoundError(f"staging folder {staging_dir} does not exist")
     final_dir.parent.mkdir(parents=True, exist_ok=True)
     recover(final_dir)
+    if final_dir.exists() and not final_dir.is_dir():
+        raise NotADirectoryError(f"{final_dir} exists and is not a folder; refusing to replace it")
     if not final_dir.exists():
         os.rename(staging_dir, final_dir)
     elif use_exchange and _exchange(staging_dir, final_dir):
@@ -83,3 +85,39 @@ def atomic_publish(staging_dir: Path, final_dir: Path, *, use_exchange: bool = T
         os.rename(staging_dir, final_dir)
         shutil.rmtree(aside)
     _fsync_dir(final_dir.parent)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def make_staging_dir(final_dir: Path) -> Path:
+    """A fresh hidden folder beside ``final_dir`` (same filesystem, so publishing is a
+    rename), readable like any folder the user creates: mkdtemp's 0700 would leave
+    bundles unreadable to build farms and importers running as other users."""
+    import tempfile
+
+    final_dir = Path(final_dir)
+    final_dir.parent.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=f".{final_dir.name}.staging-", dir=final_dir.parent))
+    os.chmod(path, 0o777 & ~_umask())
+    return path
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Writes a whole file or nothing (temp file + rename), with umask permissions."""
+    import tempfile
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o666 & ~_umask())
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

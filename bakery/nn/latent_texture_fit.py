@@ -9,7 +9,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from bakery.nn.parameters import PlainParameters, make_buffer
+from bakery.nn.parameters import PlainParameters
+from bakery.nn.texel_objective import TexelObjective
 
 LATENT_BITS = (1, 2, 4, 8)  # bit depths whose UNORM steps are exact in 8-bit textures
 
@@ -65,20 +66,15 @@ def texel_position_encoding(px: np.ndarray, py: np.ndarray, octaves: int) -> np.
     return np.stack(cols, -1)
 
 
-class LatentTextureFit:
+class LatentTextureFit(TexelObjective):
     def __init__(self, device, image: np.ndarray, grid: LatentGridSpec, *, channel_weights=None,
                  normal_channel: int = -1, latent_lr: float = 2e-2, seed: int = 0):
-        image = np.ascontiguousarray(image, dtype=np.float32)
-        self.height, self.width, self.channels = image.shape
+        super().__init__(device, image, channel_weights)
         if (self.width, self.height) != (grid.width, grid.height):
             raise ValueError("latent grid spec is for another texture size")
-        self.device, self.grid, self.normal_channel = device, grid, normal_channel
-        w = np.ones(self.channels, np.float32) if channel_weights is None else np.asarray(channel_weights, np.float32)
+        self.grid, self.normal_channel = grid, normal_channel
         rng = np.random.default_rng(seed ^ 0x5EED)
         self.latents = PlainParameters(device, rng.uniform(0.3, 0.7, grid.latent_count), lr=latent_lr, lo=0.0, hi=1.0)
-        self._target = make_buffer(device, image.reshape(-1))
-        self._weight = make_buffer(device, w)
-        self._output = make_buffer(device, np.zeros(image.size, np.float32))
 
     def slang_source(self) -> str:
         g = self.grid
@@ -88,23 +84,14 @@ class LatentTextureFit:
                 '#include "bakery/tasks/ntc_fit.slang"\n')
 
     def vars(self) -> dict:
-        return {"g_target": self._target, "g_channel_weight": self._weight, "g_output": self._output,
-                "g_latents": self.latents.params, "g_latent_grads": self.latents.grads}
+        return dict(super().vars(), g_latents=self.latents.params, g_latent_grads=self.latents.grads)
 
     def param_groups(self) -> list:
         return [self.latents]
 
     def uniforms(self, step: int, batch: int, seed: int) -> dict:
         (gw0, gh0, _), (gw1, gh1, _) = self.grid.levels
-        return {"width": self.width, "height": self.height, "batch": batch, "seed": seed & 0xFFFFFFFF,
-                "step": step, "grad_scale": 1.0 / batch, "gw0": gw0, "gh0": gh0, "gw1": gw1, "gh1": gh1}
-
-    def decode(self, trainer) -> np.ndarray:
-        """Raw decoder outputs for every texel, [H, W, C] float32."""
-        n = self.width * self.height
-        trainer.run_kernel("decode", n, self.uniforms(0, 1, 0))
-        out = self._output.to_numpy().view(np.float32)[: n * self.channels]
-        return out.reshape(self.height, self.width, self.channels).copy()
+        return dict(super().uniforms(step, batch, seed), gw0=gw0, gh0=gh0, gw1=gw1, gh1=gh1)
 
     def quantized_latents(self) -> list[np.ndarray]:
         """Per level [grid h, grid w, features] integer codes in 0 .. 2^bits - 1 (uint8)."""

@@ -120,6 +120,7 @@ class Trainer:
     def train(self, steps: int | None = None, progress=None) -> None:
         """Runs up to ``steps`` more steps (default: to ``config.steps``)."""
         end = self.config.steps if steps is None else min(self.config.steps, self.step + steps)
+        pending = None  # (submit id, steps): progress trails the GPU by one command buffer
         while self.step < end:
             chunk = min(self.config.steps_per_submit, end - self.step)
 
@@ -127,11 +128,14 @@ class Trainer:
                 for _ in range(chunk):
                     self._record_step(enc)
 
-            self.device.submit(record)
-            if progress is not None:
-                self.device.wait()
-                progress.update(chunk)
+            submitted = self.device.submit(record)
+            if pending is not None and progress is not None:
+                self.device.spy.wait_for_submit(pending[0])
+                progress.update(pending[1])
+            pending = (submitted, chunk)
         self.device.wait()
+        if pending is not None and progress is not None:
+            progress.update(pending[1])
 
     def params(self) -> np.ndarray:
         return self.store.download()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from bakery.errors import EXIT_OK, EXIT_TASK_FAILED, EXIT_USAGE, BakeryError
+from bakery.errors import EXIT_OK, EXIT_TASK_FAILED, EXIT_USAGE, BakeryError, UsageError
 from bakery.pipeline.config import ConfigError, display_path, load_pipeline, load_project_paths
 from bakery.pipeline.executor import ALL_STAGES, BakeOptions, bake
 from bakery.pipeline.lock import LOCK_NAME, OutputLock
@@ -50,7 +50,11 @@ def _read_changed(changed: tuple[str, ...], changed_from: str | None) -> list[Pa
         return None
     files = [Path(c) for c in changed]
     if changed_from is not None:
-        text = sys.stdin.read() if changed_from == "-" else Path(changed_from).read_text()
+        try:
+            text = sys.stdin.read() if changed_from == "-" else Path(changed_from).read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise UsageError(f"cannot read the changed-file list ({type(e).__name__})", where=changed_from,
+                             key="--changed-from") from None
         files += [Path(line.strip()) for line in text.splitlines() if line.strip()]
     return files
 

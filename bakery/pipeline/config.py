@@ -144,7 +144,10 @@ def _expect(c: _Collector, key: str, value: Any, types: type | tuple, what: str)
 def _parse(path: Path) -> tuple[dict, SourceMap]:
     if not path.is_file():
         raise ConfigError([f"{display_path(path)}:1: pipeline: file not found"])
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError([f"{display_path(path)}:1: pipeline: not UTF-8 text (byte {e.start})"]) from None
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

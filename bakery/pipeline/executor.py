@@ -263,6 +263,11 @@ class Executor:
                 log.error("%s", e.one_line())
                 o.status, o.error, o.seconds = "failed", e.one_line(), time.monotonic() - start
                 return o
+            except OSError as e:  # sealing the cache entry: disk full, permissions
+                msg = f"{t.id}: cannot write cache entry: {e}"
+                log.error("%s", msg)
+                o.status, o.error, o.seconds = "failed", msg, time.monotonic() - start
+                return o
             finally:
                 if handler:
                     log.removeHandler(handler)

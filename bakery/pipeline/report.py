@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -69,13 +67,9 @@ class BakeReport:
 
     def write(self, path: Path) -> None:
         """Atomic write, so a reader never sees half a report."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(fd, "w") as f:
-            json.dump(self.to_dict(), f, indent=1)
-            f.write("\n")
-        os.replace(tmp, path)
+        from bakery.formats.publish import write_atomic
+
+        write_atomic(Path(path), (json.dumps(self.to_dict(), indent=1) + "\n").encode())
 
     def table(self) -> str:
         """The human summary: one row per task, then totals."""

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import logging
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from bakery.errors import BakeryError, TaskError
+from bakery.errors import BakeryError, TaskError, UsageError
 from bakery.stages.base import Stage, StageContext, StageInput, StageResult
 from bakery.stages.params import resolve_params
 
@@ -41,8 +40,9 @@ class _TrackingDeviceProvider:
 
 def staging_dir_for(out_dir: Path) -> Path:
     """A fresh hidden folder beside ``out_dir``: same filesystem, so publishing is a rename."""
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.staging-", dir=out_dir.parent))
+    from bakery.formats.publish import make_staging_dir
+
+    return make_staging_dir(out_dir)
 
 
 def run_task(stage_cls: type[Stage], inputs: Sequence[StageInput], raw_params: dict, *, seed: int,
@@ -57,7 +57,11 @@ def run_task(stage_cls: type[Stage], inputs: Sequence[StageInput], raw_params: d
     params = resolve_params(stage_cls.params, raw_params or {}, where=where)
     from bakery.formats.bundle import BundleWriter, atomic_publish
 
-    out_dir = Path(out_dir)
+    out_dir = Path(out_dir).absolute()
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError("exists and is not a folder; bundles are folders", where=str(out_dir), key="out")
+    if not out_dir.name or out_dir == out_dir.parent:
+        raise UsageError("not a usable bundle folder", where=str(out_dir), key="out")
     staging = staging_dir_for(out_dir)
     tracker = _TrackingDeviceProvider(device_provider)
     try:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from bakery.errors import UsageError
 from bakery.formats.images import mean_psnr, psnr
 from bakery.nn.latent_texture_fit import LATENT_BITS, LatentTextureFit
 from bakery.nn.optimizers import Adam
