@@ -254,14 +254,17 @@ def test_progress_bars_on_a_terminal():
 
 def test_material_assets_reach_multi_role_stages(project):
     for mat in ("bricks", "stones"):
-        for i, role in enumerate(("albedo", "normal", "roughness", "ao")):
+        for i, role in enumerate(("albedo", "normal", "roughness", "ao", "mask")):
             write_image(project / "mats" / mat / f"{role}.png", seed=i)
     (project / "pipeline.toml").write_text(
         BASIC_TOML + '\n[assets.mats]\nmaterial = "mats/*"\n\n[stages.mat]\ntype = "test_material"\ninputs = ["mats"]\n')
     bake("--only", "mat")
     assert statuses(project) == {"mat/mats/bricks": "built", "mat/mats/stones": "built"}
     means = json.loads((project / "out/mat/mats/stones/means.json").read_text())
-    assert sorted(means) == ["albedo", "ao", "normal", "roughness"]
+    assert sorted(means) == ["albedo", "ao", "normal", "roughness"]  # mask.png is not a role it reads
+    write_image(project / "mats" / "stones" / "mask.png", seed=78)
+    bake("--only", "mat")
+    assert statuses(project) == {"mat/mats/bricks": "cached", "mat/mats/stones": "cached"}
     write_image(project / "mats" / "stones" / "ao.png", seed=77)
     bake("--only", "mat")
     assert statuses(project) == {"mat/mats/bricks": "cached", "mat/mats/stones": "built"}

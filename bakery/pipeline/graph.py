@@ -15,7 +15,6 @@ from typing import Iterable, Mapping, Sequence
 
 from bakery.errors import UsageError
 from bakery.pipeline.config import STAGE_REF, Pipeline, StageDecl
-from bakery.stages.base import StageInput
 
 
 def find_cycle(deps: Mapping[str, Sequence[str]]) -> list[str] | None:
@@ -81,10 +80,6 @@ class Task:
     def out_dir(self, out_root: Path) -> Path:
         return out_root / self.stage.name / self.asset
 
-    def stage_input(self, out_root: Path) -> StageInput:
-        bundle = self.upstream.out_dir(out_root) if self.upstream else None
-        return StageInput(self.asset, dict(self.files), bundle)
-
 
 def build_tasks(pipe: Pipeline) -> list[Task]:
     """Every task of the pipeline in execution order."""
@@ -99,7 +94,11 @@ def build_tasks(pipe: Pipeline) -> list[Task]:
                 new = [Task(st, t.asset, t.files, upstream=t, deps=[t.id])
                        for t in by_stage[inp[len(STAGE_REF):]]]
             else:
-                new = [Task(st, a.name, a.files) for a in pipe.assets[inp]]
+                # A material folder may hold files this stage does not read (masks, notes):
+                # the stage sees only its roles, and only they feed the cache key.
+                accepted = set(st.stage_cls.input_roles)
+                new = [Task(st, a.name, {r: p for r, p in a.files.items() if r in accepted})
+                       for a in pipe.assets[inp]]
             for t in new:
                 if t.asset in mine:
                     raise UsageError(f"asset {t.asset!r} reaches this stage twice; list it once",
