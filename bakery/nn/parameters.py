@@ -108,9 +108,12 @@ class ParameterStore:
         self.slice_bytes = _align(g, 64)
         self.weight_pos_host = weight_pos
         self.weights16 = make_buffer(self.device, np.zeros(_align(w16, 16), np.uint8))
+        half_owner = np.full(self.weights16.size // 2, 0xFFFFFFFF, np.uint32)
+        half_owner[weight_pos // 2] = np.arange(spec.param_count, dtype=np.uint32)
+        self.weight_words = self.weights16.size // 4
         self.grads32 = make_buffer(self.device, np.zeros(self.slice_bytes * COOPVEC_GRAD_SLICES, np.uint8))
         self.master = make_buffer(self.device, np.zeros(spec.param_count, np.float32))
-        self.weight_pos = make_buffer(self.device, weight_pos)
+        self.half_owner = make_buffer(self.device, half_owner)
         self.grad_pos = make_buffer(self.device, grad_pos)
         self.grad_scale = 1.0 / COOPVEC_LOSS_SCALE
 
@@ -153,7 +156,7 @@ class ParameterStore:
     def optimizer_vars(self) -> dict:
         v = dict(self.network_vars(), g_adam_m=self.adam_m, g_adam_v=self.adam_v)
         if self.coopvec:
-            v.update(g_master=self.master, g_grad_pos=self.grad_pos, g_weight_pos=self.weight_pos)
+            v.update(g_master=self.master, g_grad_pos=self.grad_pos, g_half_owner=self.half_owner)
         return v
 
     def gradients(self) -> np.ndarray:

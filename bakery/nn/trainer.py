@@ -63,7 +63,9 @@ class Trainer:
         self.source = (self.store.defines() + '#include "bakery/mlp.slang"\n' + network_source(spec, self.store.linear_args)
                        + objective.slang_source())
         self._train = device.kernel(self.source, "train_step")
-        self._adam = device.kernel(self.store.defines() + '#include "bakery/adam.slang"\n', "adam_step")
+        adam_source = self.store.defines() + '#include "bakery/adam.slang"\n'
+        self._adam = device.kernel(adam_source, "adam_step")
+        self._pack = device.kernel(adam_source, "pack_weights16") if self.store.coopvec else None
         self.groups = list(getattr(objective, "param_groups", lambda: [])())
         if self.groups:
             self._adam_plain = device.kernel('#include "bakery/adam_plain.slang"\n', "adam_plain_step")
@@ -95,6 +97,10 @@ class Trainer:
         n = self.spec.param_count
         self._adam.dispatch([n, 1, 1], vars=self.store.optimizer_vars(), command_encoder=encoder,
                             u=c.optimizer.uniforms(self.step + 1, lr, n, self.store.grad_scale))
+        if self._pack is not None:
+            words = self.store.weight_words
+            self._pack.dispatch([words, 1, 1], vars=self.store.optimizer_vars(), command_encoder=encoder, words=words)
+            encoder.clear_buffer(self.store.grads32)
         for g in self.groups:
             glr = learning_rate(c.schedule, g.lr, self.step, c.steps, c.final_lr_ratio)
             self._adam_plain.dispatch([g.count, 1, 1], vars=g.optimizer_vars(), command_encoder=encoder,
