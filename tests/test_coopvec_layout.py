@@ -1,0 +1,102 @@
+"""The CoopVec parameter layout logic on the CPU, against a stand-in device whose
+'TrainingOptimal' layout is a known permutation with padding (column-major tiles of 8
+rows, padded to 16 columns): every canonical parameter must land in exactly one slot,
+uploads must place fp16 weights where the layout puts them, and the gradient reader must
+sum the slices back into canonical order. The real layouts are checked on the GPU by
+test_coopvec.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bakery.nn.encodings import FrequencyEncoding
+from bakery.nn.network import NetworkSpec
+from bakery.nn.parameters import COOPVEC_GRAD_SLICES, FP32_FLAG, ParameterStore
+
+spy = pytest.importorskip("slangpy")
+
+
+def _padded(rows, cols):
+    return (rows + 7) // 8 * 8, (cols + 15) // 16 * 16
+
+
+class _Buffer:
+    def __init__(self, data):
+        self.data = np.array(data, copy=True).view(np.uint8).reshape(-1)
+        self.size = self.data.size
+
+    def copy_from_numpy(self, a):
+        raw = np.ascontiguousarray(a).view(np.uint8).reshape(-1)
+        self.data[: raw.size] = raw
+
+    def to_numpy(self):
+        return self.data.copy()
+
+
+class _FakeSpy:
+    def get_coop_vec_matrix_size(self, rows, cols, layout, elem):
+        r, c = _padded(rows, cols)
+        return r * c * (2 if elem == spy.DataType.float16 else 4)
+
+    def convert_coop_vec_matrix(self, dst, src, dst_layout=None):
+        rows, cols = src.shape
+        r, c = _padded(rows, cols)
+        tiled = np.zeros((r, c), src.dtype)
+        tiled[:rows, :cols] = src
+        dst[:] = tiled.T.reshape(-1)  # column-major over the padded matrix
+
+    def create_buffer(self, size, usage, data):
+        return _Buffer(data)
+
+
+class _FakeDevice:
+    coopvec = True
+    spy = _FakeSpy()
+
+
+@pytest.fixture()
+def store():
+    spec = NetworkSpec(FrequencyEncoding(2, 3), (24, 40), 3)  # odd widths exercise the padding
+    return ParameterStore(_FakeDevice(), spec)
+
+
+def test_every_parameter_has_one_slot(store):
+    pos = store.weight_pos_host
+    assert len(np.unique(pos)) == store.spec.param_count
+    owner = store.half_owner.to_numpy().view(np.uint32)
+    assert (owner[pos // 2] == np.arange(store.spec.param_count)).all()
+    assert ((owner == 0xFFFFFFFF).sum() + store.spec.param_count) == owner.size
+
+
+def test_upload_places_fp16_weights_by_the_layout(store):
+    spec = store.spec
+    params = spec.init_params(3)
+    store.upload(params)
+    w16 = store.weights16.to_numpy().view(np.float16)
+    for k, l in enumerate(spec.layers):
+        wo, bo = (int(v) for v in store.linear_args[k].split(", ")[:2])
+        r, c = _padded(l.n_out, l.n_in)
+        w = params[l.weight_offset:l.bias_offset].reshape(l.n_out, l.n_in)
+        block = w16[wo // 2: wo // 2 + r * c].reshape(c, r).T  # undo the column-major layout
+        np.testing.assert_array_equal(block[:l.n_out, :l.n_in], w.astype(np.float16))
+        np.testing.assert_array_equal(w16[bo // 2: bo // 2 + l.n_out],
+                                      params[l.bias_offset:l.bias_offset + l.n_out].astype(np.float16))
+    assert (store.download() == params).all()
+
+
+def test_gradient_slices_sum_to_canonical_order(store):
+    n = store.spec.param_count
+    rng = np.random.default_rng(0)
+    grads = rng.normal(0, 1, (COOPVEC_GRAD_SLICES, n)).astype(np.float16)
+    raw = np.zeros((COOPVEC_GRAD_SLICES, store.slice_bytes), np.uint8)
+    pos = store.grad_pos.to_numpy().view(np.uint32)[:n]
+    is32 = (pos & FP32_FLAG) != 0
+    off = pos & ~np.uint32(FP32_FLAG)
+    for s in range(COOPVEC_GRAD_SLICES):
+        raw[s].view(np.float16)[off[~is32] // 2] = grads[s, ~is32]
+        raw[s].view(np.float32)[off[is32] // 4] = grads[s, is32].astype(np.float32)
+    store.grads32.copy_from_numpy(raw)
+    expect = grads.astype(np.float64).sum(0) * store.grad_scale
+    np.testing.assert_allclose(store.gradients(), expect, rtol=1e-12)
+    assert is32.sum() == sum(l.n_out for l in store.spec.layers)  # exactly the biases are fp32
