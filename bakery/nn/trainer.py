@@ -84,11 +84,14 @@ class Trainer:
             vars=dict(self.store.network_vars(), **self.objective.vars()), command_encoder=enc, u=uniforms))
         self.device.wait()
 
-    def _record_step(self, encoder) -> None:
+    def _record_backward(self, encoder) -> None:
         c = self.config
         threads = (c.batch + GROUP - 1) // GROUP * GROUP
         self._train.dispatch([threads, 1, 1], vars=dict(self.store.network_vars(), **self.objective.vars()),
                              command_encoder=encoder, u=self.objective.uniforms(self.step, c.batch, c.seed))
+
+    def _record_step(self, encoder) -> None:
+        self._record_backward(encoder)
         self._record_update(encoder)
 
     def _record_update(self, encoder) -> None:
@@ -115,11 +118,7 @@ class Trainer:
 
     def accumulate_gradients(self) -> np.ndarray:
         """One backward pass without an update: the canonical-order gradient (for tests)."""
-        c = self.config
-        threads = (c.batch + GROUP - 1) // GROUP * GROUP
-        self.device.submit(lambda enc: self._train.dispatch(
-            [threads, 1, 1], vars=dict(self.store.network_vars(), **self.objective.vars()),
-            command_encoder=enc, u=self.objective.uniforms(self.step, c.batch, c.seed)))
+        self.device.submit(self._record_backward)
         self.device.wait()
         return self.store.gradients()
 
