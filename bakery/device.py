@@ -16,8 +16,10 @@ from pathlib import Path
 
 from bakery.errors import DeviceError, UsageError
 
-#: Shader sources shipped with the repository (``slang/``); overridable for installs.
-SLANG_DIR = Path(os.environ.get("BAKERY_SLANG_DIR", Path(__file__).resolve().parent.parent / "slang"))
+#: The one Slang include path: the ``bakery`` package folder. Slang lives beside the Python
+#: that owns it, and every ``#include`` names its file from here (``nn/mlp.slang``,
+#: ``stages/ntc/ntc_fit.slang``), so an installed package compiles exactly like a checkout.
+SLANG_DIR = Path(__file__).resolve().parent
 
 DEVICE_KINDS = ("auto", "vulkan", "cuda", "software")
 
@@ -68,7 +70,7 @@ class Device:
     def kernel(self, source: str, entry: str):
         """Compiles entry point ``entry`` of a generated Slang source.
 
-        The source may ``#include`` files from ``slang/``; the backend define is prepended.
+        The source may ``#include`` files relative to :data:`SLANG_DIR`; the backend define is prepended.
         Modules and kernels are cached per device and source text in memory, and slangpy's
         module and shader caches (under the cache dir) spare recompiling across processes.
         """

@@ -28,7 +28,7 @@ from bakery.formats.images import encode_png, to_uint8  # noqa: E402
 from bakery.nn.encodings import FrequencyEncoding  # noqa: E402
 from bakery.nn.network import NetworkSpec  # noqa: E402
 from bakery.nn.optimizers import Adam  # noqa: E402
-from bakery.nn.texture_fit import TextureFit  # noqa: E402
+from bakery.stages.neural_texture.objective import TextureFit  # noqa: E402
 from bakery.nn.trainer import TrainConfig, Trainer  # noqa: E402
 
 WARMUP = 20

@@ -19,7 +19,7 @@ def _pcg(v):
 
 
 def hash3(a, b, c):
-    """slang/bakery/random.slang bk_hash3, vectorised."""
+    """bakery/nn/random.slang bk_hash3, vectorised."""
     a, b, c = (np.asarray(x, np.uint64) & M32 for x in (a, b, c))
     return _pcg(a ^ _pcg(b ^ _pcg(c)))
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from bakery.nn.encodings import FrequencyEncoding
 from bakery.nn.network import NetworkSpec
-from bakery.nn.texture_fit import TextureFit
+from bakery.stages.neural_texture.objective import TextureFit
 from bakery.nn.trainer import TrainConfig, Trainer
 from tests.reference import batch_texels, mse_gradients, texel_uv
 

@@ -9,7 +9,7 @@ from bakery.nn.activations import ACTIVATIONS
 from bakery.nn.encodings import FrequencyEncoding
 from bakery.nn.network import NetworkSpec
 from bakery.nn.parameters import make_buffer
-from bakery.nn.texture_fit import TextureFit
+from bakery.stages.neural_texture.objective import TextureFit
 from bakery.nn.trainer import TrainConfig, Trainer
 from tests.reference import batch_texels, mse_gradients, texel_uv
 
@@ -64,8 +64,8 @@ def test_input_gradients_match_numpy(device):
 
     store = ParameterStore(device, spec)
     store.upload(params)
-    src = ('#include "bakery/mlp.slang"\n' + network_source(spec, store.linear_args) + """
-#include "bakery/losses.slang"
+    src = ('#include "nn/mlp.slang"\n' + network_source(spec, store.linear_args) + """
+#include "nn/losses.slang"
 StructuredBuffer<float> g_x; StructuredBuffer<float> g_t; RWStructuredBuffer<float> g_dx;
 [Differentiable] float sample_loss(float[2] x, no_diff float[3] t) {
     float[3] w = {1.0, 1.0, 1.0};

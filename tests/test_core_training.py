@@ -11,7 +11,7 @@ from bakery.nn.encodings import FrequencyEncoding
 from bakery.nn.network import NetworkSpec
 from bakery.nn.optimizers import Adam, adam_reference, learning_rate
 from bakery.nn.parameters import FIXED_POINT_SCALE
-from bakery.nn.texture_fit import TextureFit
+from bakery.stages.neural_texture.objective import TextureFit
 from bakery.nn.trainer import TrainConfig, Trainer
 from tests.images import photo_like
 

@@ -14,9 +14,9 @@ from click.testing import CliRunner
 from bakery.cli import main
 from bakery.formats.images import encode_png, load_image, psnr
 from bakery.formats.reader import read_bundle
-from bakery.nn.latent_texture_fit import LatentGridSpec
-from bakery.ntc.decode import decode_image
-from bakery.ntc.material import ROLES
+from bakery.stages.ntc.objective import LatentGridSpec
+from bakery.stages.ntc.decode import decode_image
+from bakery.stages.ntc.material import ROLES
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZE = 64

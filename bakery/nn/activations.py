@@ -1,7 +1,7 @@
 """Activation functions by name, with the numpy reference and its derivative.
 
 The names are part of the bundle format (manifest ``activations``) and of the Slang
-code (``slang/bakery/activations.slang`` defines one struct per name).
+code (``bakery/nn/activations.slang`` defines one struct per name).
 """
 
 from __future__ import annotations

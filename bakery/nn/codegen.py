@@ -6,7 +6,7 @@ from __future__ import annotations
 from bakery.nn.encodings import FrequencyEncoding, IdentityEncoding
 from bakery.nn.network import NetworkSpec
 
-#: Activation name (bundle format) -> Slang struct in slang/bakery/activations.slang.
+#: Activation name (bundle format) -> Slang struct in bakery/nn/activations.slang.
 SLANG_ACTIVATIONS = {"relu": "ReLU", "leaky_relu": "LeakyReLU", "tanh": "Tanh",
                      "sigmoid": "Sigmoid", "exp": "Exp", "identity": "Identity"}
 

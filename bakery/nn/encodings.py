@@ -1,5 +1,5 @@
 """Input encodings. Each has a numpy reference that defines its exact math; the Slang
-code in ``slang/bakery/encodings.slang`` and the generated decoder shaders follow it."""
+code in ``bakery/nn/encodings.slang`` and the generated decoder shaders follow it."""
 
 from __future__ import annotations
 

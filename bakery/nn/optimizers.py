@@ -1,4 +1,4 @@
-"""Adam and learning-rate schedules. The update itself runs in slang/bakery/adam.slang;
+"""Adam and learning-rate schedules. The update itself runs in bakery/nn/adam.slang;
 ``adam_reference`` is the numpy definition it is tested against."""
 
 from __future__ import annotations

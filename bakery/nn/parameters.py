@@ -3,7 +3,7 @@
 Portable backend: the canonical fp32 array as is, gradients as 64-bit fixed point.
 CoopVec backend: fp16 weights in the device's TrainingOptimal layout (bias vectors
 plain), gradients in slices (fp16 weights in the same layout, fp32 biases; see
-slang/bakery/mlp_coopvec.slang), fp32 master weights in canonical order. Optimal layouts are opaque and device-specific, so they are never
+bakery/nn/mlp_coopvec.slang), fp32 master weights in canonical order. Optimal layouts are opaque and device-specific, so they are never
 stored: at load we learn where each canonical element lands by converting
 index-coded matrices once, and from then on moving parameters in or out is a gather.
 The optimizer state (Adam m, v) is in canonical order on both backends.
@@ -15,9 +15,9 @@ import numpy as np
 
 from bakery.nn.network import NetworkSpec
 
-#: Units of the portable gradient accumulator (see slang/bakery/mlp_portable.slang).
+#: Units of the portable gradient accumulator (see bakery/nn/mlp_portable.slang).
 FIXED_POINT_SCALE = float(2 ** 40)
-#: Loss scale and gradient slice count of the CoopVec backend (slang/bakery/mlp_coopvec.slang).
+#: Loss scale and gradient slice count of the CoopVec backend (bakery/nn/mlp_coopvec.slang).
 COOPVEC_LOSS_SCALE = 256.0
 COOPVEC_GRAD_SLICES = 64
 #: Marks a gradient position as fp32 (bias) rather than fp16 (weight).
@@ -178,8 +178,8 @@ class ParameterStore:
 class PlainParameters:
     """A flat fp32 parameter group outside the network (latent grids, shader inputs).
 
-    Gradients are 64-bit fixed point on every backend (see slang/bakery/fixed_point.slang);
-    Adam runs from slang/bakery/adam_plain.slang with its own learning rate and clamps
+    Gradients are 64-bit fixed point on every backend (see bakery/nn/fixed_point.slang);
+    Adam runs from bakery/nn/adam_plain.slang with its own learning rate and clamps
     values to [lo, hi] after each update.
     """
 

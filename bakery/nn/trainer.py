@@ -60,15 +60,15 @@ class Trainer:
         self.device, self.spec, self.objective, self.config = device, spec, objective, config
         self.store = ParameterStore(device, spec)
         self.store.upload(spec.init_params(config.seed) if params is None else params)
-        self.source = (self.store.defines() + '#include "bakery/mlp.slang"\n' + network_source(spec, self.store.linear_args)
+        self.source = (self.store.defines() + '#include "nn/mlp.slang"\n' + network_source(spec, self.store.linear_args)
                        + objective.slang_source())
         self._train = device.kernel(self.source, "train_step")
-        adam_source = self.store.defines() + '#include "bakery/adam.slang"\n'
+        adam_source = self.store.defines() + '#include "nn/adam.slang"\n'
         self._adam = device.kernel(adam_source, "adam_step")
         self._pack = device.kernel(adam_source, "pack_weights16") if self.store.coopvec else None
         self.groups = list(getattr(objective, "param_groups", lambda: [])())
         if self.groups:
-            self._adam_plain = device.kernel('#include "bakery/adam_plain.slang"\n', "adam_plain_step")
+            self._adam_plain = device.kernel('#include "nn/adam_plain.slang"\n', "adam_plain_step")
         self.step = 0
 
     def kernel(self, entry: str):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from bakery.errors import UsageError
 from bakery.nn.encodings import IdentityEncoding
-from bakery.nn.latent_texture_fit import LatentGridSpec
+from bakery.stages.ntc.objective import LatentGridSpec
 from bakery.nn.network import NetworkSpec
 
 SCALES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)

@@ -12,7 +12,7 @@ from bakery.nn.activations import ACTIVATIONS
 from bakery.nn.encodings import FrequencyEncoding
 from bakery.nn.network import NetworkSpec
 from bakery.nn.optimizers import SCHEDULES, Adam
-from bakery.nn.texture_fit import LOSSES, TextureFit
+from bakery.stages.neural_texture.objective import LOSSES, TextureFit
 from bakery.nn.trainer import TrainConfig, Trainer
 from bakery.stages import Param, Stage, StageResult, register
 from bakery.stages.base import StepProgress
@@ -24,9 +24,9 @@ class NeuralTexture(Stage):
     version = "1"
     description = "fit a UV -> colour MLP to one texture"
     input_roles = ("image",)
-    slang_sources = ("bakery/mlp.slang", "bakery/mlp_portable.slang", "bakery/mlp_coopvec.slang",
-                     "bakery/activations.slang", "bakery/encodings.slang", "bakery/losses.slang",
-                     "bakery/random.slang", "bakery/adam.slang", "bakery/tasks/texture_fit.slang")
+    slang_sources = ("nn/mlp.slang", "nn/mlp_portable.slang", "nn/mlp_coopvec.slang",
+                     "nn/activations.slang", "nn/encodings.slang", "nn/losses.slang",
+                     "nn/random.slang", "nn/adam.slang", "stages/neural_texture/texture_fit.slang")
     params = (
         Param("steps", int, 2000, "training steps", min=1, max=1_000_000),
         Param("batch", int, 1 << 16, "texels per step, drawn at random on the GPU", min=64, max=1 << 22),

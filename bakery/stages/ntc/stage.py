@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 
 from bakery.formats.images import mean_psnr, psnr
-from bakery.nn.latent_texture_fit import LATENT_BITS, LatentTextureFit
+from bakery.stages.ntc.objective import LATENT_BITS, LatentTextureFit
 from bakery.nn.optimizers import Adam
 from bakery.nn.trainer import TrainConfig, Trainer
-from bakery.ntc.material import ROLES, load_material, renormalize_normals
-from bakery.ntc.rate import candidates, choose
-from bakery.ntc.shader import generate_ntc_decoder
+from bakery.stages.ntc.material import ROLES, load_material, renormalize_normals
+from bakery.stages.ntc.rate import candidates, choose
+from bakery.stages.ntc.shader import generate_ntc_decoder
 from bakery.stages import Param, Stage, StageResult, register
 from bakery.stages.base import StepProgress
 
@@ -32,11 +32,11 @@ class NeuralTextureCompression(Stage):
     version = "1"
     description = "compress a material's texture set into latent textures + a decoder MLP"
     input_roles = tuple(ROLES)
-    slang_sources = ("bakery/mlp.slang", "bakery/mlp_portable.slang", "bakery/mlp_coopvec.slang",
-                     "bakery/activations.slang", "bakery/encodings.slang", "bakery/losses.slang",
-                     "bakery/random.slang", "bakery/adam.slang", "bakery/adam_math.slang",
-                     "bakery/adam_plain.slang", "bakery/fixed_point.slang", "bakery/latent_grid.slang",
-                     "bakery/tasks/ntc_fit.slang")
+    slang_sources = ("nn/mlp.slang", "nn/mlp_portable.slang", "nn/mlp_coopvec.slang",
+                     "nn/activations.slang", "nn/encodings.slang", "nn/losses.slang",
+                     "nn/random.slang", "nn/adam.slang", "nn/adam_math.slang",
+                     "nn/adam_plain.slang", "nn/fixed_point.slang", "stages/ntc/latent_grid.slang",
+                     "stages/ntc/ntc_fit.slang")
     params = (
         Param("bpp", float, 8.0, "bits per texel for the whole set, latents and decoder", min=0.5, max=20.0),
         Param("target_psnr", float, 0.0, "if > 0: the cheapest rate whose mean PSNR reaches this (overrides bpp)",

@@ -1,6 +1,6 @@
 """Objective: neural texture compression. Quantised latent grids (trained as a plain
 parameter group) plus a texel position encoding feed a decoder MLP that outputs every
-channel of a material's texture set; see slang/bakery/tasks/ntc_fit.slang."""
+channel of a material's texture set; see bakery/stages/ntc/ntc_fit.slang."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ class LatentGridSpec:
 
 
 def texel_position_encoding(px: np.ndarray, py: np.ndarray, octaves: int) -> np.ndarray:
-    """numpy twin of bk_texel_position_encoding (slang/bakery/latent_grid.slang)."""
+    """numpy twin of bk_texel_position_encoding (bakery/stages/ntc/latent_grid.slang)."""
     tri = lambda x: np.abs(2.0 * (x - np.floor(x)) - 1.0)  # noqa: E731
     cols = []
     for k in range(octaves):
@@ -81,7 +81,7 @@ class LatentTextureFit(TexelObjective):
         return (f"#define BK_CHANNELS {self.channels}\n#define BK_F0 {g.features0}\n#define BK_F1 {g.features1}\n"
                 f"#define BK_PE {g.pe_octaves}\n#define BK_LATENT_BITS {g.bits}\n"
                 f"#define BK_NORMAL_CHANNEL {self.normal_channel}\n"
-                '#include "bakery/tasks/ntc_fit.slang"\n')
+                '#include "stages/ntc/ntc_fit.slang"\n')
 
     def vars(self) -> dict:
         return dict(super().vars(), g_latents=self.latents.params, g_latent_grads=self.latents.grads)

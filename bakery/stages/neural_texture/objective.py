@@ -19,4 +19,4 @@ class TextureFit(TexelObjective):
 
     def slang_source(self) -> str:
         return (f"#define BK_CHANNELS {self.channels}\n#define BK_LOSS bk_loss_{self.loss}\n"
-                '#include "bakery/tasks/texture_fit.slang"\n')
+                '#include "stages/neural_texture/texture_fit.slang"\n')

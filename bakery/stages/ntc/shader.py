@@ -6,7 +6,7 @@ encoding and run the generated MLP over the bundle's weights.bin."""
 from __future__ import annotations
 
 from bakery.formats.shadergen import generate
-from bakery.nn.latent_texture_fit import LatentGridSpec
+from bakery.stages.ntc.objective import LatentGridSpec
 from bakery.nn.network import NetworkSpec
 
 

@@ -1,12 +1,12 @@
 """CPU reference decoder of an NTC bundle (numpy only): the same arithmetic as
-slang/bakery/tasks/ntc_fit.slang and the generated per-texel shader, used to check both
+bakery/stages/ntc/ntc_fit.slang and the generated per-texel shader, used to check both
 and by import tools that want pixels without a GPU."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from bakery.nn.latent_texture_fit import LatentGridSpec, texel_position_encoding
+from bakery.stages.ntc.objective import LatentGridSpec, texel_position_encoding
 from bakery.nn.network import NetworkSpec
 
 

@@ -1,1 +1,0 @@
-"""Neural texture compression: material sets, rate control and the per-texel decoder."""
