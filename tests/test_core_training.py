@@ -99,3 +99,58 @@ def test_learning_rate_schedules(schedule):
         assert lrs[-1] == pytest.approx(1e-3)
     if schedule == "one_cycle":
         assert lrs[0] < lrs[9] and np.argmax(lrs) == 9
+
+
+class _PlainTarget:
+    """Objective with no network: pulls a plain parameter group towards a target."""
+
+    def __init__(self, device, target):
+        from bakery.nn.parameters import PlainParameters, make_buffer
+
+        self.target = np.asarray(target, np.float32)
+        self.group = PlainParameters(device, np.zeros_like(self.target), lr=0.05, lo=-1.0, hi=0.5)
+        self._target = make_buffer(device, self.target)
+
+    def slang_source(self) -> str:
+        return '''#include "nn/fixed_point.slang"
+RWStructuredBuffer<float> g_plain_params;
+RWStructuredBuffer<uint64_t> g_plain_grads;
+StructuredBuffer<float> g_target;
+struct U { uint count; uint batch; };
+[shader("compute")] [numthreads(64, 1, 1)]
+void train_step(uint3 tid: SV_DispatchThreadID, uniform U u)
+{
+    if (tid.x >= u.count) return;
+    bk_atomic_add_fixed(g_plain_grads, tid.x, 2.0 * (g_plain_params[tid.x] - g_target[tid.x]));
+}
+'''
+
+    def vars(self) -> dict:
+        return {"g_plain_params": self.group.params, "g_plain_grads": self.group.grads, "g_target": self._target}
+
+    def uniforms(self, step, batch, seed) -> dict:
+        return {"count": self.target.size, "batch": batch}
+
+    def param_groups(self) -> list:
+        return [self.group]
+
+
+def test_trainer_fits_plain_parameters_without_a_network(device):
+    target = np.array([0.25, -0.5, 0.9, 0.0], np.float32)  # 0.9 lies above the clamp
+    objective = _PlainTarget(device, target)
+    tr = Trainer(device, None, objective, TrainConfig(steps=300, batch=4, optimizer=Adam(lr=0.05)))
+    grad = tr.accumulate_gradients()
+    np.testing.assert_allclose(grad, 2.0 * (0.0 - target), atol=1e-6)
+    objective.group.upload(np.zeros(4, np.float32))  # forget the accumulated gradient's update
+    tr.train()
+    np.testing.assert_allclose(objective.group.download(), [0.25, -0.5, 0.5, 0.0], atol=2e-3)
+    assert tr.params().size == 0
+
+
+def test_trainer_without_network_or_groups_is_refused(device):
+    class Nothing:
+        def param_groups(self):
+            return []
+
+    with pytest.raises(ValueError, match="nothing to train"):
+        Trainer(device, None, Nothing(), TrainConfig(steps=1))

@@ -55,18 +55,31 @@ class TrainConfig:
 
 
 class Trainer:
-    def __init__(self, device, spec: NetworkSpec, objective: Objective, config: TrainConfig,
+    """Trains a network, plain parameter groups, or both, against one objective.
+
+    ``spec=None`` trains only the objective's :class:`PlainParameters` groups (shader
+    inputs, mip texels): parameter fitting without a network runs the same loop.
+    """
+
+    def __init__(self, device, spec: NetworkSpec | None, objective: Objective, config: TrainConfig,
                  params: np.ndarray | None = None):
         self.device, self.spec, self.objective, self.config = device, spec, objective, config
-        self.store = ParameterStore(device, spec)
-        self.store.upload(spec.init_params(config.seed) if params is None else params)
-        self.source = (self.store.defines() + '#include "nn/mlp.slang"\n' + network_source(spec, self.store.linear_args)
-                       + objective.slang_source())
-        self._train = device.kernel(self.source, "train_step")
-        adam_source = self.store.defines() + '#include "nn/adam.slang"\n'
-        self._adam = device.kernel(adam_source, "adam_step")
-        self._pack = device.kernel(adam_source, "pack_weights16") if self.store.coopvec else None
         self.groups = list(getattr(objective, "param_groups", lambda: [])())
+        if spec is None:
+            if not self.groups:
+                raise ValueError("nothing to train: no network and no parameter groups")
+            self.store = None
+            self.source = objective.slang_source()
+            self._adam = self._pack = None
+        else:
+            self.store = ParameterStore(device, spec)
+            self.store.upload(spec.init_params(config.seed) if params is None else params)
+            self.source = (self.store.defines() + '#include "nn/mlp.slang"\n'
+                           + network_source(spec, self.store.linear_args) + objective.slang_source())
+            adam_source = self.store.defines() + '#include "nn/adam.slang"\n'
+            self._adam = device.kernel(adam_source, "adam_step")
+            self._pack = device.kernel(adam_source, "pack_weights16") if self.store.coopvec else None
+        self._train = device.kernel(self.source, "train_step")
         if self.groups:
             self._adam_plain = device.kernel('#include "nn/adam_plain.slang"\n', "adam_plain_step")
         self.step = 0
@@ -75,20 +88,23 @@ class Trainer:
         """Another entry point of the objective's program (e.g. its decode kernel)."""
         return self.device.kernel(self.source, entry)
 
+    def _vars(self) -> dict:
+        network = self.store.network_vars() if self.store is not None else {}
+        return dict(network, **self.objective.vars())
+
     def run_kernel(self, entry: str, threads: int, uniforms: dict) -> None:
         """Runs an objective entry point over ``threads`` threads with the network and the
         objective's buffers bound, and waits for it (decoding, evaluation)."""
         kernel = self.kernel(entry)
         self.device.submit(lambda enc: kernel.dispatch(
-            [(threads + GROUP - 1) // GROUP * GROUP, 1, 1],
-            vars=dict(self.store.network_vars(), **self.objective.vars()), command_encoder=enc, u=uniforms))
+            [(threads + GROUP - 1) // GROUP * GROUP, 1, 1], vars=self._vars(), command_encoder=enc, u=uniforms))
         self.device.wait()
 
     def _record_backward(self, encoder) -> None:
         c = self.config
         threads = (c.batch + GROUP - 1) // GROUP * GROUP
-        self._train.dispatch([threads, 1, 1], vars=dict(self.store.network_vars(), **self.objective.vars()),
-                             command_encoder=encoder, u=self.objective.uniforms(self.step, c.batch, c.seed))
+        self._train.dispatch([threads, 1, 1], vars=self._vars(), command_encoder=encoder,
+                             u=self.objective.uniforms(self.step, c.batch, c.seed))
 
     def _record_step(self, encoder) -> None:
         self._record_backward(encoder)
@@ -97,9 +113,10 @@ class Trainer:
     def _record_update(self, encoder) -> None:
         c = self.config
         lr = learning_rate(c.schedule, c.optimizer.lr, self.step, c.steps, c.final_lr_ratio)
-        n = self.spec.param_count
-        self._adam.dispatch([n, 1, 1], vars=self.store.optimizer_vars(), command_encoder=encoder,
-                            u=c.optimizer.uniforms(self.step + 1, lr, n, self.store.grad_scale))
+        if self.store is not None:
+            n = self.spec.param_count
+            self._adam.dispatch([n, 1, 1], vars=self.store.optimizer_vars(), command_encoder=encoder,
+                                u=c.optimizer.uniforms(self.step + 1, lr, n, self.store.grad_scale))
         if self._pack is not None:
             words = self.store.weight_words
             self._pack.dispatch([words, 1, 1], vars=self.store.optimizer_vars(), command_encoder=encoder, words=words)
@@ -117,9 +134,12 @@ class Trainer:
         self.device.wait()
 
     def accumulate_gradients(self) -> np.ndarray:
-        """One backward pass without an update: the canonical-order gradient (for tests)."""
+        """One backward pass without an update: the canonical-order gradient of the network,
+        or of the parameter groups concatenated when there is no network (for tests)."""
         self.device.submit(self._record_backward)
         self.device.wait()
+        if self.store is None:
+            return np.concatenate([g.gradients() for g in self.groups])
         return self.store.gradients()
 
     def train(self, steps: int | None = None, progress=None) -> None:
@@ -143,12 +163,18 @@ class Trainer:
             progress.update(pending[1])
 
     def params(self) -> np.ndarray:
-        return self.store.download()
+        """The network's parameters in canonical order (empty without a network)."""
+        return self.store.download() if self.store is not None else np.zeros(0, np.float32)
 
     # -- checkpoints ------------------------------------------------------------------
+    @property
+    def _param_count(self) -> int:
+        return self.spec.param_count if self.spec is not None else 0
+
     def save_checkpoint(self, path: Path) -> None:
         """Parameters, Adam state and step, written atomically (a kill never truncates it)."""
-        m, v = self.store.optimizer_state()
+        empty = np.zeros(0, np.float32)
+        m, v = self.store.optimizer_state() if self.store is not None else (empty, empty)
         path = Path(path)
         tmp = path.with_name(path.name + f".tmp{os.getpid()}")
         with open(tmp, "wb") as f:
@@ -158,15 +184,16 @@ class Trainer:
                 groups[f"group{k}_m"] = g.adam_m.to_numpy().view(np.float32)[: g.count]
                 groups[f"group{k}_v"] = g.adam_v.to_numpy().view(np.float32)[: g.count]
             np.savez(f, params=self.params(), adam_m=m, adam_v=v, step=np.int64(self.step),
-                     param_count=np.int64(self.spec.param_count), **groups)
+                     param_count=np.int64(self._param_count), **groups)
         os.replace(tmp, path)
 
     def load_checkpoint(self, path: Path) -> None:
         with np.load(path) as z:
-            if int(z["param_count"]) != self.spec.param_count:
+            if int(z["param_count"]) != self._param_count:
                 raise ValueError(f"{path}: checkpoint is for a different network")
-            self.store.upload(z["params"])
-            self.store.set_optimizer_state(z["adam_m"], z["adam_v"])
+            if self.store is not None:
+                self.store.upload(z["params"])
+                self.store.set_optimizer_state(z["adam_m"], z["adam_v"])
             for k, g in enumerate(self.groups):
                 g.upload(z[f"group{k}_params"])
                 g.adam_m.copy_from_numpy(z[f"group{k}_m"])
