@@ -19,46 +19,80 @@ from bakery.pipeline.dag import stage_order
 
 
 @dataclass
+class TaskInput:
+    """One input of a task: an asset's files by role, or the bundle of upstream task ``upstream``."""
+
+    name: str
+    files: dict[str, Path] = field(default_factory=dict)
+    upstream: str | None = None
+
+
+@dataclass
 class Task:
     """One unit of work: ``stage`` over ``asset``; ``deps`` are upstream task ids."""
 
     stage: StageDecl
     asset: str
-    files: dict[str, Path]
-    upstream: "Task | None" = None
+    inputs: list[TaskInput]
     deps: list[str] = field(default_factory=list)
 
     @property
     def id(self) -> str:
         return f"{self.stage.name}/{self.asset}"
 
+    @property
+    def files(self) -> dict[str, Path]:
+        """The source files this task reads directly (not through an upstream bundle)."""
+        return {r: p for i in self.inputs for r, p in i.files.items()}
+
     def out_dir(self, out_root: Path) -> Path:
         return out_root / self.stage.name / self.asset
 
 
+def _input_tasks(pipe: Pipeline, st: StageDecl, inp: str, by_stage: dict[str, list[Task]]) -> dict[str, TaskInput]:
+    """asset name -> what one declared input of ``st`` gives for that asset."""
+    if inp.startswith(STAGE_REF):
+        return {t.asset: TaskInput(t.asset, upstream=t.id) for t in by_stage[inp[len(STAGE_REF):]]}
+    # A material folder may hold files this stage does not read (masks, notes): the
+    # stage sees only its roles, and only they feed the cache key.
+    accepted = set(st.stage_cls.input_roles)
+    return {a.name: TaskInput(a.name, {r: p for r, p in a.files.items() if r in accepted}) for a in pipe.assets[inp]}
+
+
+def _task(st: StageDecl, asset: str, inputs: list[TaskInput]) -> Task:
+    return Task(st, asset, inputs, deps=[i.upstream for i in inputs if i.upstream])
+
+
 def build_tasks(pipe: Pipeline) -> list[Task]:
-    """Every task of the pipeline in execution order."""
+    """Every task of the pipeline in execution order.
+
+    A stage's inputs are a union (one task per asset of each input) unless the stage
+    joins them (``Stage.joins_inputs``): then each task gets one input from each declared
+    input, matched by asset name, and every input must hold the same assets.
+    """
     order = stage_order({n: s.upstream for n, s in pipe.stages.items()})
     by_stage: dict[str, list[Task]] = {}
     tasks: list[Task] = []
     for name in order:
         st = pipe.stages[name]
+        key = f"stages.{name}.inputs"
+        per_input = [_input_tasks(pipe, st, inp, by_stage) for inp in st.inputs]
         mine: dict[str, Task] = {}
-        for inp in st.inputs:
-            if inp.startswith(STAGE_REF):
-                new = [Task(st, t.asset, t.files, upstream=t, deps=[t.id])
-                       for t in by_stage[inp[len(STAGE_REF):]]]
-            else:
-                # A material folder may hold files this stage does not read (masks, notes):
-                # the stage sees only its roles, and only they feed the cache key.
-                accepted = set(st.stage_cls.input_roles)
-                new = [Task(st, a.name, {r: p for r, p in a.files.items() if r in accepted})
-                       for a in pipe.assets[inp]]
-            for t in new:
-                if t.asset in mine:
-                    raise UsageError(f"asset {t.asset!r} reaches this stage twice; list it once",
-                                     where=pipe.where(f"stages.{name}.inputs"), key=f"stages.{name}.inputs")
-                mine[t.asset] = t
+        if getattr(st.stage_cls, "joins_inputs", False) and len(per_input) > 1:
+            names = set(per_input[0])
+            for inp, got in zip(st.inputs, per_input):
+                if set(got) != names:
+                    odd = sorted(set(got) ^ names)[0]
+                    raise UsageError(f"joined inputs must hold the same assets; {odd!r} is not in all of them "
+                                     f"(see {inp!r})", where=pipe.where(key), key=key)
+            mine = {a: _task(st, a, [got[a] for got in per_input]) for a in names}
+        else:
+            for got in per_input:
+                for asset, ti in got.items():
+                    if asset in mine:
+                        raise UsageError(f"asset {asset!r} reaches this stage twice; list it once",
+                                         where=pipe.where(key), key=key)
+                    mine[asset] = _task(st, asset, [ti])
         by_stage[name] = sorted(mine.values(), key=lambda t: t.asset)
         tasks.extend(by_stage[name])
     return tasks
@@ -102,8 +136,7 @@ def select_tasks(pipe: Pipeline, tasks: Sequence[Task], *, only: Sequence[str] =
         if pipe.path.resolve() in changed_set:
             fed = {t.id for t in tasks}  # the pipeline itself changed: everything may have
         else:
-            fed = with_downstream(tasks, [t.id for t in tasks if changed_set & set(t.files.values())
-                                          and t.upstream is None])
+            fed = with_downstream(tasks, [t.id for t in tasks if changed_set & set(t.files.values())])
         chosen = [t for t in chosen if t.id in fed]
     keep = with_upstream(tasks, [t.id for t in chosen])
     return [t for t in tasks if t.id in keep]
