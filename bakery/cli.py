@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from bakery import __version__
+from bakery.device import DEVICE_KINDS
 from bakery.errors import BakeryError
 
 
@@ -72,7 +73,7 @@ def _parse_params(items) -> dict:
 @click.option("--param", "param_items", multiple=True, metavar="KEY=VALUE", help="stage parameter (repeatable)")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--device", "device_kind", default="auto", show_default=True,
-              type=click.Choice(["auto", "vulkan", "cuda", "software"]))
+              type=click.Choice(DEVICE_KINDS))
 def run(stage, inputs, out_dir, param_items, seed, device_kind):
     """Run one stage once: bakery run STAGE INPUT... -o OUT [--param k=v]."""
     from bakery.device import open_device

@@ -31,7 +31,7 @@ from bakery.formats.images import mean_psnr, psnr  # noqa: E402
 from bakery.stages.ntc.objective import LatentTextureFit  # noqa: E402
 from bakery.nn.optimizers import Adam  # noqa: E402
 from bakery.nn.trainer import TrainConfig, Trainer  # noqa: E402
-from bakery.stages.ntc.material import load_material, renormalize_normals  # noqa: E402
+from bakery.materials import load_material, renormalize_normals  # noqa: E402
 from bakery.stages.ntc.rate import candidates, choose  # noqa: E402
 from bakery.pipeline.task import run_task  # noqa: E402
 from bakery.stages import StageInput, get_stage  # noqa: E402

@@ -16,7 +16,7 @@ from bakery.formats.images import encode_png, load_image, psnr
 from bakery.formats.reader import read_bundle
 from bakery.stages.ntc.objective import LatentGridSpec
 from bakery.stages.ntc.decode import decode_image
-from bakery.stages.ntc.material import ROLES
+from bakery.materials import ROLES
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZE = 64

@@ -226,7 +226,7 @@ def test_progress_bars_on_a_terminal():
     import io
     import logging
 
-    from bakery.pipeline.progress import StageProgress
+    from bakery.progress import StageProgress
 
     stream = io.StringIO()
     lines = []

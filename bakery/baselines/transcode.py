@@ -12,8 +12,7 @@ import numpy as np
 
 from bakery.baselines import bcn
 from bakery.baselines.material import stored_channels, format_for
-
-SRGB_ROLES = ("albedo",)
+from bakery.materials import SRGB_ROLES
 
 
 def texture_format(role: str, bc: str, *, srgb: bool | None = None) -> str:

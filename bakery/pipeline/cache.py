@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import bakery
+from bakery.formats import canonical_json
 
 _CHUNK = 1 << 20
 
@@ -35,10 +36,6 @@ def sha256_file(path: Path) -> str:
         while chunk := f.read(_CHUNK):
             h.update(chunk)
     return h.hexdigest()
-
-
-def canonical_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def key_parts(*, stage_type: str, stage_version: str, asset: str, params: dict, seed: int,
@@ -59,7 +56,7 @@ def key_parts(*, stage_type: str, stage_version: str, asset: str, params: dict, 
 
 
 def key_of(parts: dict) -> str:
-    return hashlib.sha256(canonical_json(parts).encode()).hexdigest()
+    return hashlib.sha256(canonical_json.dumps(parts)).hexdigest()
 
 
 def why_rebuild(old: dict | None, new: dict) -> str:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import click
 
+from bakery.device import DEVICE_KINDS
+
 from bakery.errors import EXIT_OK, EXIT_TASK_FAILED, EXIT_USAGE, BakeryError, UsageError
 from bakery.pipeline.config import ConfigError, display_path, load_pipeline, load_project_paths
 from bakery.pipeline.executor import ALL_STAGES, BakeOptions, bake
@@ -76,7 +78,7 @@ def _read_changed(changed: tuple[str, ...], changed_from: str | None) -> list[Pa
               help="Say what would run and why; touch nothing, open no device. Exit 3 if anything would build.")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first failed task (default: keep going).")
 @click.option("--no-wait", is_flag=True, help="Fail at once if another bake holds the output folder.")
-@click.option("--device", type=click.Choice(["auto", "vulkan", "cuda", "software"]), default=None,
+@click.option("--device", type=click.Choice(DEVICE_KINDS), default=None,
               help="Override [project] device.")
 @click.option("--report", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the bake report here (always written to <out>/bake-report.json).")

@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bakery.device import DEVICE_KINDS
 from bakery.errors import UsageError
+from bakery.materials import ROLE_TABLE
 from bakery.pipeline.dag import find_cycle
 from bakery.pipeline.sourcemap import SourceMap
 
 #: Texture roles an asset may declare; a material folder's files are matched by stem.
-ROLES = ("image", "albedo", "normal", "roughness", "metalness", "ao", "height",
-         "emissive", "opacity", "specular", "displacement", "mask")
-DEVICE_KINDS = ("auto", "vulkan", "cuda", "software")
+ROLES = tuple(ROLE_TABLE)
 STAGE_REF = "stage:"
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _GLOB_CHARS = set("*?[")

@@ -22,7 +22,7 @@ from bakery.pipeline.cache import Cache, output_matches
 from bakery.pipeline.config import Pipeline, display_path
 from bakery.pipeline.lock import OutputLock
 from bakery.pipeline.planner import PlanOptions, plan
-from bakery.pipeline.progress import StageProgress
+from bakery.progress import StageProgress
 from bakery.pipeline.report import BakeReport, TaskOutcome
 from bakery.pipeline.runner import Event, LocalRunner, decide
 from bakery.pipeline.spec import TaskSpec

@@ -14,7 +14,7 @@ from bakery.formats.images import mean_psnr, psnr
 from bakery.stages.ntc.objective import LATENT_BITS, LatentTextureFit
 from bakery.nn.optimizers import Adam
 from bakery.nn.trainer import TrainConfig, Trainer
-from bakery.stages.ntc.material import ROLES, load_material, renormalize_normals
+from bakery.materials import ROLES, load_material, renormalize_normals
 from bakery.stages.ntc.rate import candidates, choose
 from bakery.stages.ntc.shader import generate_ntc_decoder
 from bakery.stages import Param, Stage, StageResult, register

@@ -1,9 +1,11 @@
-"""A material's texture set as one multi-channel image, and back.
+"""Texture roles and material texture sets: the one table of what a role is.
 
-Channels are stacked in a fixed role order so a decoder's outputs map to textures the
-same way in every bundle. Colour (albedo) stays in its sRGB storage space: the loss
-compares what the engine will sample. Normals are 3 channels in [0, 1] storage space,
-renormalised after decoding.
+A pipeline asset names its files by role (``image``, ``albedo``, ``normal``, ...); a
+material folder's files are matched to roles by stem. Stages that read a whole material
+stack its textures as one multi-channel image, in the table's role order, so a decoder's
+outputs map to textures the same way in every bundle. Colour (albedo) stays in its sRGB
+storage space: a loss compares what the engine will sample. Normals are 3 channels in
+[0, 1] storage space, renormalised after decoding.
 """
 
 from __future__ import annotations
@@ -16,9 +18,26 @@ import numpy as np
 from bakery.errors import UsageError
 from bakery.formats.images import load_image
 
-#: Accepted roles, in channel order, with their channel count (None: as the file has).
-ROLES = {"albedo": None, "normal": 3, "roughness": 1, "metalness": 1, "ao": 1, "height": 1,
-         "emissive": 3, "opacity": 1, "specular": 1}
+@dataclass(frozen=True)
+class Role:
+    """What one texture role holds."""
+
+    channels: int | None      # channels kept (None: as the file has)
+    srgb: bool = False        # authored in sRGB: BC1/BC7 outputs are tagged sRGB
+    in_material_set: bool = True  # stacked into a material set (False: read on its own)
+
+
+#: Every role a pipeline asset may declare; material-set roles in channel order.
+ROLE_TABLE = {
+    "albedo": Role(None, srgb=True), "normal": Role(3), "roughness": Role(1), "metalness": Role(1),
+    "ao": Role(1), "height": Role(1), "emissive": Role(3), "opacity": Role(1), "specular": Role(1),
+    "image": Role(None, in_material_set=False), "displacement": Role(1, in_material_set=False),
+    "mask": Role(1, in_material_set=False),
+}
+#: Roles a material set stacks, in channel order, with their channel counts.
+ROLES = {name: r.channels for name, r in ROLE_TABLE.items() if r.in_material_set}
+#: Roles authored in sRGB.
+SRGB_ROLES = tuple(name for name, r in ROLE_TABLE.items() if r.srgb)
 MAX_CHANNELS = 16
 
 
