@@ -43,7 +43,7 @@ def test_run_neural_texture_writes_a_bundle(device, image, tmp_path):
     assert manifest["stage"]["type"] == "neural_texture"
     assert manifest["device"]["adapter"] == device.info.adapter
     assert 15.0 < manifest["metrics"]["psnr_db"] < 60.0
-    assert [l["out"] for l in manifest["network"]["layers"]] == [16, 3]
+    assert [l["out"] for l in manifest["networks"]["decoder"]["layers"]] == [16, 3]
     names = {f["name"] for f in manifest["files"]}
     assert {"weights.bin", "preview.png", "decoder.onnx", "decoder.slang"} <= names
     r = _run("verify", out)

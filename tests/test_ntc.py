@@ -52,7 +52,7 @@ def test_rate_is_counted_exactly(bundle):
     rate, lat = m["ntc"]["rate"], m["ntc"]["latents"]
     latent_bits = sum(l["width"] * l["height"] * l["features"] for l in lat["levels"]) * lat["bits"]
     assert rate["latent_bits"] == latent_bits
-    assert rate["decoder_bits"] == m["network"]["param_count"] * 16
+    assert rate["decoder_bits"] == m["networks"]["decoder"]["param_count"] * 16
     assert m["metrics"]["bpp"] == pytest.approx((latent_bits + rate["decoder_bits"]) / SIZE**2, abs=1e-4)
     assert m["metrics"]["bpp"] <= 18
 

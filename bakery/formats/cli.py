@@ -22,8 +22,8 @@ def _fail(ctx: click.Context, message: str) -> None:
     ctx.exit(EXIT_USAGE)
 
 
-def _network_line(b: Bundle) -> str:
-    spec, rec = b.network, b.manifest["network"]
+def _network_line(b: Bundle, name: str) -> str:
+    spec, rec = b.networks[name][0], b.manifest["networks"][name]
     enc = spec.encoding.to_dict()
     enc_text = enc["type"] + "".join(f" {k}={v}" for k, v in sorted(enc.items()) if k not in ("type", "n_inputs"))
     dims = " -> ".join(str(d) for d in [spec.n_inputs, spec.encoding.n_outputs, *(l.n_out for l in spec.layers)])
@@ -39,8 +39,8 @@ def _summary(b: Bundle) -> list[str]:
              f"schema {m['schema_version']}   bakery {m['bakery_version']}",
              f"device   {dev.get('backend', '?')} / {dev.get('adapter', '?')}"
              + ("  (software)" if dev.get("software") else "")]
-    if b.network is not None:
-        lines.append(f"network  {_network_line(b)}")
+    for name in sorted(b.networks):
+        lines.append(f"network  {name}: {_network_line(b, name)}")
     if m["metrics"]:
         lines.append("metrics  " + "  ".join(f"{k}={v}" for k, v in sorted(m["metrics"].items())))
     if m["params"]:
