@@ -3,21 +3,8 @@ in as compile-time constants, so the compiler unrolls and specialises every laye
 
 from __future__ import annotations
 
-from bakery.nn.encodings import FrequencyEncoding, IdentityEncoding
+from bakery.nn import activations
 from bakery.nn.network import NetworkSpec
-
-#: Activation name (bundle format) -> Slang struct in bakery/nn/activations.slang.
-SLANG_ACTIVATIONS = {"relu": "ReLU", "leaky_relu": "LeakyReLU", "tanh": "Tanh",
-                     "sigmoid": "Sigmoid", "exp": "Exp", "identity": "Identity"}
-
-
-def encoding_type(encoding) -> str:
-    if isinstance(encoding, FrequencyEncoding):
-        return f"FrequencyEncoding<{encoding.n_inputs}, {encoding.octaves}>"
-    if isinstance(encoding, IdentityEncoding):
-        return f"IdentityEncoding<{encoding.n_inputs}>"
-    raise TypeError(f"no Slang encoding for {encoding!r}")
-
 
 def network_source(spec: NetworkSpec, linear_args: list[str]) -> str:
     """``struct Network`` with ``static float[OUT] forward(float[IN])``, differentiable.
@@ -25,9 +12,9 @@ def network_source(spec: NetworkSpec, linear_args: list[str]) -> str:
     ``linear_args[k]`` are the backend's offset arguments of layer k's ``Linear``.
     """
     last = len(spec.layers)
-    body = [f"        let h0 = bk_to_vec<{spec.encoding.n_outputs}>({encoding_type(spec.encoding)}.eval(x));"]
+    body = [f"        let h0 = bk_to_vec<{spec.encoding.n_outputs}>({spec.encoding.slang_type()}.eval(x));"]
     for k, layer in enumerate(spec.layers):
-        act = SLANG_ACTIVATIONS[layer.activation]
+        act = activations.get(layer.activation).slang
         body.append(f"        let h{k + 1} = bk_activate<{act}, {layer.n_out}>("
                     f"Linear<{layer.n_in}, {layer.n_out}, {linear_args[k]}>.eval(h{k}));")
     return "\n".join([
