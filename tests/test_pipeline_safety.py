@@ -87,7 +87,7 @@ def test_sigkill_mid_task_keeps_previous_outputs_and_rerun_succeeds(tmp_path):
 
 
 def test_concurrent_bakes_are_serialised(tmp_path):
-    make_project(tmp_path, SLEEP_TOML.format(seconds=1.0, tag="x"), images=("a",))
+    make_project(tmp_path, SLEEP_TOML.format(seconds=4.0, tag="x"), images=("a",))
     started = tmp_path / "started"
     first = _bake_proc(tmp_path, started=started)
     _wait_for(started, first)

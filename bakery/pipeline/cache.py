@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 import bakery
 from bakery.formats import canonical_json
+from bakery.pipeline.safety import well_formed_record, well_formed_sums
 
 _CHUNK = 1 << 20
 
@@ -127,9 +128,10 @@ class Cache:
 
     def read_record(self, stage: str, asset: str) -> dict | None:
         try:
-            return json.loads(self.record_path(stage, asset).read_text())
+            record = json.loads(self.record_path(stage, asset).read_text())
         except (OSError, ValueError):
             return None
+        return record if well_formed_record(record) else None
 
     def write_record(self, stage: str, asset: str, key: str, parts: dict) -> None:
         _write_json_atomic(self.record_path(stage, asset), {"key": key, "parts": parts})
@@ -146,6 +148,8 @@ class Cache:
         bundle = self.bundle_dir(key)
         if sums is None or not bundle.is_dir():
             return EntryCheck("missing")
+        if not well_formed_sums(sums):
+            return EntryCheck("corrupt", "sums.json is malformed")
         for rel, (size, digest) in sums.items():
             p = bundle / rel
             if not p.is_file():
@@ -187,7 +191,7 @@ def output_matches(out_dir: Path, sums: dict) -> bool:
     """True when ``out_dir`` holds exactly the entry's files, byte for byte."""
     if not out_dir.is_dir():
         return False
-    if sorted(tree_sums_names(out_dir)) != sorted(sums):
+    if not set(sums) <= set(tree_sums_names(out_dir)):  # files bakery did not write (.meta) are kept
         return False
     for rel, (size, digest) in sums.items():
         p = out_dir / rel

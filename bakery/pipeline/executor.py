@@ -25,6 +25,7 @@ from bakery.pipeline.planner import PlanOptions, plan
 from bakery.progress import StageProgress
 from bakery.pipeline.report import BakeReport, TaskOutcome
 from bakery.pipeline.runner import Event, LocalRunner, decide
+from bakery.pipeline.safety import check_report_target, forget_report
 from bakery.pipeline.spec import TaskSpec
 from bakery.pipeline.task import staging_dir_for
 from bakery.pipeline.worker import DevicePool
@@ -99,7 +100,9 @@ class Executor:
             report.tasks = [self._dry_run(s) for s in specs]
             report.seconds = time.monotonic() - t0
             return report
+        check_report_target(self.opts.report)
         with OutputLock(self.pipe.out, wait=self.opts.wait, say=self.log.warning):
+            forget_report(self.pipe.out / REPORT_NAME, self.opts.report)
             swept = sweep_staging(self.pipe.out, self.cache.root / "entries")
             if swept:
                 report.notes.append(f"removed {swept} staging folder(s) left by an interrupted bake")

@@ -16,6 +16,7 @@ from typing import Iterable, Sequence
 from bakery.errors import UsageError
 from bakery.pipeline.config import STAGE_REF, Pipeline, StageDecl
 from bakery.pipeline.dag import stage_order
+from bakery.pipeline.safety import check_asset_globs
 
 
 @dataclass
@@ -128,6 +129,7 @@ def select_tasks(pipe: Pipeline, tasks: Sequence[Task], *, only: Sequence[str] =
     for s in only:
         if s not in pipe.stages:
             raise UsageError(f"unknown stage {s!r} (stages: {', '.join(pipe.stages)})", key="--only")
+    check_asset_globs((t.asset for t in tasks), assets)
     chosen = [t for t in tasks
               if (not only or t.stage.name in only)
               and (not assets or any(fnmatch.fnmatchcase(t.asset, g) for g in assets))]
