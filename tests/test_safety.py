@@ -450,3 +450,43 @@ def test_asset_glob_matching_nothing_exits_2_and_keeps_the_last_report(project):
     assert r.returncode == 2
     assert "--asset: 'photo/*' matches no asset" in one_error_line(r.stderr)
     assert (project / "out/bake-report.json").read_bytes() == before
+
+
+# -- the reader checks every documented per-layer field ---------------------------------------------
+def _network_bundle(folder: Path) -> Path:
+    from bakery.formats.bundle import BundleWriter
+    from bakery.nn.encodings import FrequencyEncoding
+    from bakery.nn.network import NetworkSpec
+
+    spec = NetworkSpec(FrequencyEncoding(2, 2), (8,), 3, hidden_activation="tanh")
+    w = BundleWriter(folder)
+    w.write_weights("weights.bin", spec, spec.init_params(0))
+    w.finalize({"stage": {"type": "fit", "version": "1"}, "params": {}, "seed": 0, "device": None, "metrics": {}})
+    return folder
+
+
+@pytest.mark.parametrize("field,value", [("in", None), ("in", 7), ("in", 8.0), ("out", None), ("activation", None),
+                                         ("activation", "relu"), ("weight_offset", None), ("bias_offset", None)])
+def test_reader_checks_every_per_layer_field(tmp_path, field, value):
+    folder = _network_bundle(tmp_path / "b")
+    read_bundle(folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    layer = manifest["network"]["layers"][0]
+    if value is None:
+        del layer[field]
+    else:
+        layer[field] = value
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError) as e:
+        read_bundle(folder)
+    assert str(e.value).startswith(str(folder / "manifest.json")) or str(e.value).startswith(str(folder / "weights.bin"))
+
+
+@pytest.mark.parametrize("field,value", [("layout", "column_major"), ("matrix_align", 32), ("param_count", 5)])
+def test_reader_checks_network_layout_fields(tmp_path, field, value):
+    folder = _network_bundle(tmp_path / "b")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["network"][field] = value
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match=f"network '{field}'"):
+        read_bundle(folder)
