@@ -100,6 +100,8 @@ def run(stage, inputs, out_dir, param_items, seed, device_kind):
         files = dict(zip(roles, map(Path, inputs)))
     else:
         raise UsageError(f"{stage} takes {len(roles)} input(s): {', '.join(roles)}", key="INPUTS")
+    if not files:
+        raise UsageError(f"holds no file named by a role ({', '.join(roles)})", where=inputs[0], key="INPUTS")
     for role, path in files.items():
         if not Path(path).exists():
             raise UsageError("file not found", where=str(path), key=role)

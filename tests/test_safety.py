@@ -6,6 +6,7 @@ stderr, files on disk), library behaviour in process.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import resource
@@ -227,6 +228,25 @@ def test_unwritable_out_is_one_line_exit_1(project):
     assert r.returncode == 1
     line = one_error_line(r.stderr)
     assert "blocker" in line and "Not a directory" in line
+
+
+@pytest.mark.parametrize("err", [errno.EROFS, errno.EACCES, errno.ENOSPC])
+def test_read_only_or_full_out_is_one_line_exit_1(project, monkeypatch, err):
+    """As root (CI containers) a read-only folder cannot be made; the fault is injected."""
+    from click.testing import CliRunner
+
+    from bakery.pipeline.cli import bake_cmd
+    from bakery.pipeline.lock import OutputLock
+
+    def refuse(self):
+        raise OSError(err, os.strerror(err), str(self.path))
+
+    monkeypatch.chdir(project)
+    monkeypatch.setattr(OutputLock, "__enter__", refuse)
+    r = CliRunner().invoke(bake_cmd, ["pipeline.toml"])
+    assert r.exit_code == 1, r.output
+    line = one_error_line(r.output)
+    assert line.startswith("error: out/.bakery.lock: file system error:") and os.strerror(err) in line
 
 
 def test_unwritable_report_path_is_one_line_exit_1(project):

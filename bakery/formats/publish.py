@@ -118,7 +118,10 @@ def carry_foreign_files(final_dir: Path, staging_dir: Path) -> int:
         if target.exists() or target.is_symlink():
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(p, target, follow_symlinks=False)
+        try:
+            os.link(p, target, follow_symlinks=False)  # same filesystem: no copy of a big file
+        except OSError:
+            shutil.copy2(p, target, follow_symlinks=False)
         kept += 1
     return kept
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import glob as globlib
 import json
+import os
 import signal
 import threading
 from contextlib import contextmanager
@@ -190,8 +191,10 @@ def filesystem_error(e: OSError) -> FilesystemError:
     what = e.strerror or type(e).__name__
     if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         what += " (disk full or file size limit)"
-    where = e.filename if e.filename is not None else None
-    return FilesystemError(f"cannot write or read: {what}", where=str(where) if where else None)
+    from bakery.pipeline.config import display_path
+
+    where = display_path(Path(os.fsdecode(e.filename))) if e.filename is not None else None
+    return FilesystemError(f"file system error: {what}", where=where)
 
 
 @contextmanager
