@@ -83,11 +83,13 @@ class Project:
         r = subprocess.run(_cmd("bake", "pipeline.toml"), cwd=self.root, env=_env(), capture_output=True,
                            text=True, timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr
-        bundle = self.root / "out/blur/photos/a"
-        meta = bundle / "blurred.png.meta"
-        if bundle.is_dir() and not meta.exists():
-            meta.write_text("fileFormatVersion: 2\nguid: 0123\n")
-            self.meta.add(meta)
+        lost = sorted(str(p) for p in self.meta if not p.is_file())
+        assert not lost, f"a bake deleted engine files: {lost}"
+        for manifest in (self.root / "out").rglob("manifest.json"):  # what Unity adds on import
+            meta = manifest.parent / "manifest.json.meta"
+            if not meta.exists():
+                meta.write_text(f"fileFormatVersion: 2\nguid: {self.rng.getrandbits(64):016x}\n")
+                self.meta.add(meta)
 
     def kill(self) -> None:
         p = subprocess.Popen(_cmd("bake", "pipeline.toml"), cwd=self.root, env=_env(),
@@ -102,7 +104,9 @@ class Project:
         self.expected = outside_snapshot(self.root)
 
     def edit_params(self) -> None:
-        self.params = {"radius": self.rng.randint(0, 3), "steps": self.rng.randint(4, 12)}
+        name = self.rng.choice(sorted(self.params))
+        choices = {"radius": range(0, 4), "steps": range(4, 13)}[name]
+        self.params[name] = self.rng.choice([v for v in choices if v != self.params[name]])
         self.write_toml()
         self.expected = outside_snapshot(self.root)
 
