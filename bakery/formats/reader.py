@@ -163,8 +163,8 @@ def _load_network(folder: Path, record, files: dict[str, bytes], where: str,
     for i, (lr, lay) in enumerate(zip(layer_records, weights.layers)):
         if not isinstance(lr, dict) or lr.get("weight_offset") != lay.weight_offset or lr.get("bias_offset") != lay.bias_offset:
             raise BundleError(f"layer {i} offsets differ from the manifest's network", where=wpath)
-        _check_layer_record(i, lr, lay, where)
-    _check_network_fields(record, spec, where)
+        _check_layer_record(i, lr, lay, where, net)
+    _check_network_fields(record, spec, where, net)
     if record["weights_bytes"] != len(files[name]):
         raise BundleError(f"size differs from the manifest's networks.{net}.weights_bytes", where=wpath)
     return spec, weights
@@ -175,18 +175,19 @@ _LAYER_FIELDS = {"in": "n_in", "out": "n_out", "activation": "activation",
                  "weight_offset": "weight_offset", "bias_offset": "bias_offset"}
 
 
-def _check_layer_record(i: int, record: dict, layout, where: str) -> None:
+def _check_layer_record(i: int, record: dict, layout, where: str, net: str) -> None:
     """A manifest layer must carry every documented field, each agreeing with weights.bin
     (the decoder shaders and ONNX are generated from the manifest, not the header)."""
     for key, attr in _LAYER_FIELDS.items():
         if key not in record:
-            raise BundleError(f"network layer {i} is missing {key!r}", where=where)
+            raise BundleError(f"networks.{net} layer {i} is missing {key!r}", where=where)
         value, want = record[key], getattr(layout, attr)
         if (isinstance(want, int) and not _is_int(value)) or value != want:
-            raise BundleError(f"network layer {i} {key!r} is {value!r} but weights.bin says {want!r}", where=where)
+            raise BundleError(f"networks.{net} layer {i} {key!r} is {value!r} but the weights file says {want!r}",
+                              where=where)
 
 
-def _check_network_fields(record: dict, spec: NetworkSpec, where: str) -> None:
+def _check_network_fields(record: dict, spec: NetworkSpec, where: str, net: str) -> None:
     """The network-wide fields bakery writes, where present, must describe this layout."""
     from bakery.formats.weights import BIAS_ALIGN, MATRIX_ALIGN
 
@@ -194,7 +195,7 @@ def _check_network_fields(record: dict, spec: NetworkSpec, where: str) -> None:
                 "param_count": spec.param_count}
     for key, want in expected.items():
         if key in record and (record[key] != want or isinstance(record[key], bool)):
-            raise BundleError(f"network {key!r} is {record[key]!r}, expected {want!r}", where=where)
+            raise BundleError(f"networks.{net} {key!r} is {record[key]!r}, expected {want!r}", where=where)
 
 
 def _load_texture(folder: Path, name: str, record, files: dict[str, bytes], where: str) -> Texture:
