@@ -70,12 +70,6 @@ def project(tmp_path):
     return tmp_path
 
 
-def with_project(toml: str, **project_keys) -> str:
-    for k, v in project_keys.items():
-        toml = toml.replace(f'{k} = "{k}"', f'{k} = "{v}"') if f'{k} = "{k}"' in toml else toml
-    return toml
-
-
 # -- bakery run -o DIR ----------------------------------------------------------------
 @pytest.mark.parametrize("target", [".", "src"])
 def test_run_refuses_to_replace_a_folder_that_is_not_a_bundle(project, target):
