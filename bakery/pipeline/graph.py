@@ -97,7 +97,8 @@ def build_tasks(pipe: Pipeline) -> list[Task]:
                 # A material folder may hold files this stage does not read (masks, notes):
                 # the stage sees only its roles, and only they feed the cache key.
                 accepted = set(st.stage_cls.input_roles)
-                new = [Task(st, a.name, {r: p for r, p in a.files.items() if r in accepted})
+                # A role "fit.shader" belongs to "fit" (files a fit spec reads).
+                new = [Task(st, a.name, {r: p for r, p in a.files.items() if r.split(".")[0] in accepted})
                        for a in pipe.assets[inp]]
             for t in new:
                 if t.asset in mine:

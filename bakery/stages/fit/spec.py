@@ -17,6 +17,7 @@ from typing import Any
 
 from bakery.errors import UsageError
 from bakery.nn.optimizers import OPTIMIZERS, SCHEDULES
+from bakery.pipeline.config import ConfigError
 from bakery.pipeline.sourcemap import SourceMap
 
 LOSSES = ("l2", "l1")
@@ -26,13 +27,8 @@ _FIT_KEYS = {"steps", "loss", "optimizer", "schedule", "lr", "weight_decay", "se
 _PARAM_KEYS = {"param", "init", "seed", "clamp", "lr"}
 
 
-class SpecError(UsageError):
+class SpecError(ConfigError):
     """One or more problems in a fit spec; ``lines`` holds one ``file:line`` line each."""
-
-    def __init__(self, lines: list[str]):
-        self.lines = lines
-        more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
-        super().__init__(lines[0] + more)
 
 
 @dataclass(frozen=True)
