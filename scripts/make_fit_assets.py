@@ -1,18 +1,21 @@
 #!/usr/bin/env python3
-"""Generates the fit stage's example assets in ``assets/fit/`` (deterministic).
+"""Generates the fit stage's example images in ``assets/fit/`` (deterministic, numpy only;
+scripts/make_assets.py calls it). The specs and shaders there are hand-written and are
+copied when writing elsewhere.
 
 (a) brightness: a photo-like source texture and the reference ``source + amount`` with
     amount = (51, -34, 17) / 255, computed in 8-bit integers so the PNG holds it exactly.
 (b) rainbow: a grayscale truth mask (soft blobs and a ring) and the reference that
-    rainbow.slang renders from it, rendered by bakery itself through the fit stage's
-    render kernel, so the reference is exactly what the shader computes.
+    rainbow.slang renders from it, through a float64 port of the shader (the same on
+    every machine; tests/test_fit.py checks it against the Slang render).
 
-    python3 scripts/make_fit_assets.py [--out assets/fit] [--size 128] [--device auto]
+    python3 scripts/make_fit_assets.py [--out assets/fit] [--size 128]
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 
@@ -22,6 +25,9 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scripts.make_assets import fractal_noise  # noqa: E402
 
+REPO_FIT = Path(__file__).resolve().parent.parent / "assets" / "fit"
+#: The hand-written files of the examples.
+SOURCES = ("brightness.slang", "brightness.toml", "rainbow.slang", "rainbow.toml")
 SEED = 20261202
 #: The brightness example's truth, in 8-bit steps (so the 8-bit reference is exact).
 AMOUNT_STEPS = (51, -34, 17)
@@ -69,8 +75,28 @@ def render_spec(spec_path: Path, values: dict[str, np.ndarray], device_kind: str
     return obj.render(Trainer(device, None, obj, TrainConfig(steps=1, batch=obj.pixels)))
 
 
-def make(out: Path, size: int, device_kind: str = "auto") -> None:
+def rainbow_warp(uv: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """rainbow_warp() of assets/fit/rainbow.slang in float64: [..., 2] UV, [...] mask -> [..., 3]."""
+    tau = 2.0 * np.pi
+    u, v = uv[..., 0], uv[..., 1]
+    wu = u + 0.12 * mask * np.sin(tau * v)
+    wv = v + 0.12 * mask * np.cos(tau * u)
+    phase = 0.7 * wu + 0.5 * wv + 0.35 * mask
+    offsets = np.array([0.0, 1.0 / 3.0, 2.0 / 3.0])
+    return 0.5 + 0.5 * np.cos(tau * (phase[..., None] + offsets))
+
+
+def pixel_uv(size: int) -> np.ndarray:
+    """The fit stage's UV grid: pixel centres, [size, size, 2] (u right, v down)."""
+    y, x = np.mgrid[0:size, 0:size]
+    return np.stack([(x + 0.5) / size, (y + 0.5) / size], axis=-1)
+
+
+def make(out: Path, size: int) -> None:
     out.mkdir(parents=True, exist_ok=True)
+    if out.resolve() != REPO_FIT.resolve():
+        for name in SOURCES:
+            shutil.copy(REPO_FIT / name, out / name)
     # (a) brightness: keep the source inside [0.2, 0.78] so source + amount never clips.
     src = np.round((0.2 + 0.58 * fractal_noise(np.random.default_rng(SEED), size, channels=3)) * 255).astype(np.int32)
     save_png(out / "brightness_source.png", src / 255.0)
@@ -80,20 +106,16 @@ def make(out: Path, size: int, device_kind: str = "auto") -> None:
     # (b) rainbow: the truth mask, then the reference the shader renders from it.
     mask = truth_mask(size)
     save_png(out / "rainbow_mask_truth.png", mask)
-    mask8 = np.round(mask * 255.0) / 255.0  # exactly what the PNG holds
-    reference = out / "rainbow_reference.png"
-    if not reference.exists():
-        save_png(reference, np.zeros((size, size, 3), np.float32))  # the spec names it; overwritten below
-    save_png(reference, render_spec(out / "rainbow.toml", {"mask": mask8}, device_kind))
+    mask8 = np.round(mask[:, :, 0] * 255.0) / 255.0  # exactly what the PNG holds
+    save_png(out / "rainbow_reference.png", rainbow_warp(pixel_uv(size), mask8))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "assets" / "fit")
+    ap.add_argument("--out", type=Path, default=REPO_FIT)
     ap.add_argument("--size", type=int, default=128)
-    ap.add_argument("--device", default="auto")
     args = ap.parse_args()
-    make(args.out, args.size, args.device)
+    make(args.out, args.size)
     print(f"wrote fit examples to {args.out}")
 
 

@@ -68,6 +68,17 @@ def test_rainbow_recovers_the_mask_past_30_db(device, tmp_path):
     assert (out / "convergence.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_rainbow_reference_is_what_the_shader_renders(device):
+    """The example's reference comes from a numpy port of rainbow.slang (device-independent
+    bytes); it must agree with the Slang function up to 8-bit rounding."""
+    from scripts.make_fit_assets import render_spec
+
+    mask = load_image(ASSETS / "rainbow_mask_truth.png")
+    render = render_spec(ASSETS / "rainbow.toml", {"mask": mask})
+    reference = load_image(ASSETS / "rainbow_reference.png")
+    assert np.abs(render - reference).max() <= 0.5 / 255 + 1e-5
+
+
 def test_clamp_holds(device, examples, tmp_path):
     spec = _edit(examples / "brightness.toml", "clamp = [-1.0, 1.0], lr = 0.01", "clamp = [-0.05, 0.1], lr = 0.01")
     _fit(device, spec, tmp_path / "out", steps=40)
