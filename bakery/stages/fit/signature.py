@@ -89,7 +89,7 @@ def reflect(device, spec: FitSpec) -> Signature:
     name = "bakery_fit_reflect_" + hashlib.sha256(source.encode()).hexdigest()[:16]
     try:
         module = device.spy.load_module_from_source(name, source)
-    except Exception as e:  # noqa: BLE001 - slangpy raises SlangCompileError (a RuntimeError)
+    except spy.SlangCompileError as e:
         raise compile_error(spec, e) from None
     fn = module.layout.find_function_by_name(spec.function)
     if fn is None:

@@ -22,7 +22,7 @@ from bakery.nn.trainer import TrainConfig, Trainer
 from bakery.stages import Param, Stage, StageResult, register
 from bakery.stages.fit.objective import ShaderFit
 from bakery.stages.fit.plot import convergence_png
-from bakery.stages.fit.signature import check_bindings, reflect
+from bakery.stages.fit.signature import check_bindings, compile_error, reflect
 from bakery.stages.fit.spec import FitSpec, SpecError, load_spec
 
 #: The difference image shows |render - reference| times this, so small errors are visible.
@@ -111,11 +111,11 @@ class Fit(Stage):
         objective = ShaderFit(device, spec, sig, reference, images, inits, seed=seed)
         config = TrainConfig(steps=spec.steps, batch=objective.pixels, optimizer=make_optimizer(spec),
                              schedule=spec.schedule, seed=seed)
+        import slangpy as spy
+
         try:
             trainer = Trainer(device, None, objective, config)
-        except Exception as e:  # noqa: BLE001 - the wrapper fails to compile: show the compiler's line
-            from bakery.stages.fit.signature import compile_error
-
+        except spy.SlangCompileError as e:  # e.g. the function is not differentiable all the way down
             raise compile_error(spec, e) from None
         trainer.train(progress=LossProgress(ctx, objective, config.steps))
         render = objective.render(trainer)
