@@ -123,6 +123,26 @@ def test_same_inputs_same_bytes(device, examples, tmp_path, optimizer):
     assert a["fit"]["optimizer"] == optimizer
 
 
+def test_scalar_param_constant_uv_l1_and_a_grayscale_reference(device, tmp_path):
+    """The other binding kinds and the L1 loss: recover a scalar gain of a float function."""
+    from PIL import Image
+
+    (tmp_path / "ramp.slang").write_text(
+        "[Differentiable]\nfloat ramp(no_diff float2 uv, float gain, no_diff float offset)\n"
+        "{\n    return gain * uv.x + offset;\n}\n")
+    u = (np.arange(64) + 0.5) / 64
+    ref = np.tile(0.7 * u + 0.1, (32, 1))
+    Image.fromarray(np.round(ref * 65535).astype(np.uint16)).save(tmp_path / "ramp.png")  # 16-bit gray
+    (tmp_path / "ramp.toml").write_text(
+        'shader = "ramp.slang"\nfunction = "ramp"\nreference = "ramp.png"\nsize = [64, 32]\n'
+        '[args]\nuv = { uv = true }\ngain = { param = [], init = 0.2, lr = 0.02 }\noffset = { constant = 0.1 }\n'
+        '[fit]\nsteps = 200\nloss = "l1"\noptimizer = "amsgrad"\n')
+    manifest = _fit(device, tmp_path / "ramp.toml", tmp_path / "out")
+    gain = json.loads((tmp_path / "out" / "params.json").read_text())["gain"]
+    assert abs(gain - 0.7) < 1e-3, gain
+    assert manifest["fit"]["loss"] == "l1" and manifest["metrics"]["final_loss"] < 1e-3
+
+
 # -- bad input ------------------------------------------------------------------------
 
 def _error(device, spec: Path, tmp_path: Path) -> BakeryError:

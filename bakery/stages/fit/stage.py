@@ -13,6 +13,7 @@ the loss curve (JSON and a convergence plot).
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -67,7 +68,7 @@ def load_inputs(spec: FitSpec) -> tuple[np.ndarray, dict[str, np.ndarray], dict[
             if (img.shape[1], img.shape[0]) != size:
                 lines.append(spec.error(f"args.{b.name}", f"image {b.path.name} is {img.shape[1]}x{img.shape[0]} but "
                                                           f"the output size is {size[0]}x{size[1]}"))
-        elif b.trainable and not isinstance(b.init, (str, float, tuple)) and b.init is not None:
+        elif b.trainable and isinstance(b.init, Path):
             img = inits[b.name] = load_image(b.init, key=f"args.{b.name}.init")
             h, w = b.shape[:2]
             if img.shape[:2] != (h, w):
