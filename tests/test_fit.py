@@ -169,7 +169,7 @@ def test_compile_failure_is_the_compilers_line(device, examples, tmp_path):
 REAL = "brighten's parameters: no_diff float3 pixel, float3 amount"
 
 
-@pytest.mark.parametrize("case", ["unknown_arg", "unbound", "shape", "texture_size", "no_diff"])
+@pytest.mark.parametrize("case", ["unknown_arg", "unbound", "shape", "texture_size", "no_diff", "nothing_to_fit"])
 def test_binding_errors_name_the_line_and_the_real_parameters(device, examples, tmp_path, case):
     spec = examples / "brightness.toml"
     if case == "unknown_arg":
@@ -184,10 +184,13 @@ def test_binding_errors_name_the_line_and_the_real_parameters(device, examples, 
     elif case == "texture_size":
         _edit(spec, "param = [3], init = 0.0", "param = [64, 64, 3], init = 0.0")
         needle, expect = "amount = { param", "does not match the output size 128x128"
-    else:
+    elif case == "no_diff":
         _edit(spec, 'pixel = { image = "brightness_source.png" }',
               'pixel = { param = [128, 128, 3], init = 0.5 }')
         needle, expect = "pixel =", "is no_diff"
+    else:
+        _edit(spec, "amount = { param = [3], init = 0.0, clamp = [-1.0, 1.0], lr = 0.01 }", "amount = [0.1, 0.0, 0.0]")
+        needle, expect = "[args]", "nothing to fit"
     e = _error(device, spec, tmp_path)
     assert isinstance(e, UsageError)
     first = e.lines[0]

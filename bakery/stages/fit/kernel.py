@@ -5,8 +5,9 @@ constants, the current trainable values), evaluates the per-pixel loss against t
 reference, and runs ``bwd_diff`` of it; gradients of trainable arguments go into each
 group's 64-bit fixed-point accumulator (``bk_atomic_add_fixed``), summed over the
 subgroup first where all pixels share one value, so a run is reproducible bit for bit on
-the portable backend. The loss of every step is accumulated the same way. ``render``
-evaluates the function with the current values.
+the portable backend. The loss of every step is accumulated the same way.
+``bk_fit_render`` evaluates the function with the current values. Everything generated
+is named ``bk_fit_*`` or ``arg_*`` so it cannot clash with the user's names.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def generate(spec: FitSpec, sig: Signature) -> str:
              shader_include(spec).rstrip("\n"), '#include "nn/fixed_point.slang"', "",
              "struct BkFitUniforms { uint width; uint height; uint step; float grad_scale; };", "",
              "StructuredBuffer<float> bk_fit_reference;",
-             "RWStructuredBuffer<float> bk_fit_render;",
+             "RWStructuredBuffer<float> bk_fit_output;",
              "RWStructuredBuffer<uint64_t> bk_fit_loss;"]
     for a in args:
         b = spec.args[a.name]
@@ -119,12 +120,12 @@ def generate(spec: FitSpec, sig: Signature) -> str:
                 lines.append(f"    bk_fit_add_shared({grads}, {c}, {d});")
     lines += ["}", "",
               "[shader(\"compute\")]", "[numthreads(64, 1, 1)]",
-              "void render(uint3 tid: SV_DispatchThreadID, uniform BkFitUniforms u)", "{",
+              "void bk_fit_render(uint3 tid: SV_DispatchThreadID, uniform BkFitUniforms u)", "{",
               "    uint count = u.width * u.height;", "    if (tid.x >= count)", "        return;",
               "    uint t = tid.x;"]
     lines += loads[1:]
     lines.append(f"    {slang_type(out_w)} y = {call};")
     for c in range(out_w):
-        lines.append(f"    bk_fit_render[t * {out_w} + {c}] = {_component('y', out_w, c)};")
+        lines.append(f"    bk_fit_output[t * {out_w} + {c}] = {_component('y', out_w, c)};")
     lines += ["}", ""]
     return "\n".join(lines)

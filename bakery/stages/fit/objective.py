@@ -42,7 +42,7 @@ class ShaderFit:
         self._reference = make_buffer(device, np.ascontiguousarray(reference, np.float32).reshape(-1))
         self._render = make_buffer(device, np.zeros(reference.size, np.float32))
         self._loss = make_buffer(device, np.zeros(spec.steps + 1, np.uint64))
-        self._vars = {"bk_fit_reference": self._reference, "bk_fit_render": self._render, "bk_fit_loss": self._loss}
+        self._vars = {"bk_fit_reference": self._reference, "bk_fit_output": self._render, "bk_fit_loss": self._loss}
         self.groups: dict[str, PlainParameters] = {}
         for k, a in enumerate(sig.arguments):
             b = spec.args[a.name]
@@ -78,7 +78,7 @@ class ShaderFit:
 
     def render(self, trainer) -> np.ndarray:
         """The function's output at every pixel with the current values, [H, W, C]."""
-        trainer.run_kernel("render", self.pixels, self.uniforms(0, self.pixels, 0))
+        trainer.run_kernel("bk_fit_render", self.pixels, self.uniforms(0, self.pixels, 0))
         out = self._render.to_numpy().view(np.float32)[: self.pixels * self.channels]
         return out.reshape(self.height, self.width, self.channels).copy()
 

@@ -138,6 +138,8 @@ def check_bindings(spec: FitSpec, sig: Signature, size: tuple[int, int], channel
         problem = _shape_problem(b, a, size, channels)
         if problem:
             lines.append(spec.error(key, f"{problem} ({real})"))
+    if not any(b.trainable for b in spec.args.values()):
+        lines.append(spec.error("args", f"nothing to fit: bind at least one argument to a param ({real})"))
     if lines:
         raise SpecError(lines)
 
