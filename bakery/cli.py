@@ -121,6 +121,9 @@ def run(stage, inputs, out_dir, param_items, seed, device_kind):
             bar, shown = progress(total or done, f"{stage} {name}"), 0
         bar.update(done - shown)
         shown = done
+        if info:  # e.g. the fit stage's current loss
+            bar.set_postfix_str(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                         for k, v in info.items()))
 
     log = logging.getLogger("bakery.run")
     with sigterm_as_interrupt():  # CI cancels with SIGTERM: clean up like Ctrl-C

@@ -179,8 +179,8 @@ class PlainParameters:
     """A flat fp32 parameter group outside the network (latent grids, shader inputs).
 
     Gradients are 64-bit fixed point on every backend (see bakery/nn/fixed_point.slang);
-    Adam runs from bakery/nn/adam_plain.slang with its own learning rate and clamps
-    values to [lo, hi] after each update.
+    Adam, AdamW or AMSGrad runs from bakery/nn/adam_plain.slang with the group's own
+    learning rate and clamps values to [lo, hi] after each update.
     """
 
     def __init__(self, device, values: np.ndarray, *, lr: float, lo: float = -3.0e38, hi: float = 3.0e38):
@@ -190,6 +190,7 @@ class PlainParameters:
         self.grads = make_buffer(device, np.zeros(self.count, np.uint64))
         self.adam_m = make_buffer(device, np.zeros(self.count, np.float32))
         self.adam_v = make_buffer(device, np.zeros(self.count, np.float32))
+        self.adam_vmax = make_buffer(device, np.zeros(self.count, np.float32))  # AMSGrad's max of v
         self.grad_scale = 1.0 / FIXED_POINT_SCALE
 
     def download(self) -> np.ndarray:
@@ -203,4 +204,4 @@ class PlainParameters:
 
     def optimizer_vars(self) -> dict:
         return {"g_plain_params": self.params, "g_plain_grads": self.grads,
-                "g_plain_m": self.adam_m, "g_plain_v": self.adam_v}
+                "g_plain_m": self.adam_m, "g_plain_v": self.adam_v, "g_plain_vmax": self.adam_vmax}

@@ -72,6 +72,9 @@ class Trainer:
             self.source = objective.slang_source()
             self._adam = self._pack = None
         else:
+            if type(config.optimizer) is not Adam:
+                raise ValueError(f"{type(config.optimizer).__name__} trains plain parameter groups only; "
+                                 "networks train with Adam")
             self.store = ParameterStore(device, spec)
             self.store.upload(spec.init_params(config.seed) if params is None else params)
             self.source = (self.store.defines() + '#include "nn/mlp.slang"\n'
@@ -81,7 +84,8 @@ class Trainer:
             self._pack = device.kernel(adam_source, "pack_weights16") if self.store.coopvec else None
         self._train = device.kernel(self.source, "train_step")
         if self.groups:
-            self._adam_plain = device.kernel('#include "nn/adam_plain.slang"\n', "adam_plain_step")
+            self._adam_plain = device.kernel(config.optimizer.plain_defines() + '#include "nn/adam_plain.slang"\n',
+                                             "adam_plain_step")
         self.step = 0
 
     def kernel(self, entry: str):
@@ -125,7 +129,7 @@ class Trainer:
             glr = learning_rate(c.schedule, g.lr, self.step, c.steps, c.final_lr_ratio)
             self._adam_plain.dispatch([g.count, 1, 1], vars=g.optimizer_vars(), command_encoder=encoder,
                                       u=c.optimizer.uniforms(self.step + 1, glr, g.count, g.grad_scale),
-                                      lo=g.lo, hi=g.hi)
+                                      lo=g.lo, hi=g.hi, **c.optimizer.plain_uniforms())
         self.step += 1
 
     def apply_gradients(self) -> None:
@@ -183,6 +187,7 @@ class Trainer:
                 groups[f"group{k}_params"] = g.download()
                 groups[f"group{k}_m"] = g.adam_m.to_numpy().view(np.float32)[: g.count]
                 groups[f"group{k}_v"] = g.adam_v.to_numpy().view(np.float32)[: g.count]
+                groups[f"group{k}_vmax"] = g.adam_vmax.to_numpy().view(np.float32)[: g.count]
             np.savez(f, params=self.params(), adam_m=m, adam_v=v, step=np.int64(self.step),
                      param_count=np.int64(self._param_count), **groups)
         os.replace(tmp, path)
@@ -198,4 +203,6 @@ class Trainer:
                 g.upload(z[f"group{k}_params"])
                 g.adam_m.copy_from_numpy(z[f"group{k}_m"])
                 g.adam_v.copy_from_numpy(z[f"group{k}_v"])
+                if f"group{k}_vmax" in z:
+                    g.adam_vmax.copy_from_numpy(z[f"group{k}_vmax"])
             self.step = int(z["step"])

@@ -23,8 +23,9 @@ from bakery.pipeline.dag import find_cycle
 from bakery.pipeline.safety import declared_asset_paths, is_generated, path_overlaps, skipped_by_glob
 from bakery.pipeline.sourcemap import SourceMap
 
-#: Texture roles an asset may declare; a material folder's files are matched by stem.
-ROLES = tuple(ROLE_TABLE)
+#: Roles an asset may declare: the texture roles (a material folder's files are matched by
+#: stem) and ``fit``, a fit spec (docs/PIPELINE.md, "Fit specs").
+ROLES = (*ROLE_TABLE, "fit")
 STAGE_REF = "stage:"
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _GLOB_CHARS = set("*?[")
@@ -321,7 +322,17 @@ def _load_assets(table: Any, root: Path, c: _Collector, generated: tuple[Path, .
                 files[role] = p
             if len(files) == len(roles):
                 assets[name] = [Asset(name, files, name)]
-    return assets
+    return {name: [_with_fit_files(a) for a in insts] for name, insts in assets.items()}
+
+
+def _with_fit_files(asset: Asset) -> Asset:
+    """A fit spec's asset also lists the files the spec reads (shader, images) under roles
+    ``fit.*``, so they feed its task's cache key and ``--changed``."""
+    if "fit" not in asset.files:
+        return asset
+    from bakery.stages.fit.spec import referenced_files
+
+    return Asset(asset.name, {**asset.files, **referenced_files(asset.files["fit"])}, asset.declared_as)
 
 
 def _material_assets(name: str, pattern: Any, root: Path, c: _Collector,
