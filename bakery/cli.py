@@ -86,7 +86,7 @@ def run(stage, inputs, out_dir, param_items, seed, device_kind):
     from bakery.pipeline.config import role_files
     from bakery.pipeline.safety import check_bundle_target, sigterm_as_interrupt
     from bakery.pipeline.task import run_task
-    from bakery.progress import progress
+    from bakery.progress import format_info, progress
     from bakery.stages import StageInput, get_stage
 
     stage_cls = get_stage(stage, key="STAGE")
@@ -119,11 +119,10 @@ def run(stage, inputs, out_dir, param_items, seed, device_kind):
             if bar is not None:
                 bar.close()
             bar, shown = progress(total or done, f"{stage} {name}"), 0
+        if info:  # live quality, step rate and time left (TrainingProgress), a fit's loss
+            bar.set_postfix_str(format_info(info), refresh=False)
         bar.update(done - shown)
         shown = done
-        if info:  # e.g. the fit stage's current loss
-            bar.set_postfix_str(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                         for k, v in info.items()))
 
     log = logging.getLogger("bakery.run")
     with sigterm_as_interrupt():  # CI cancels with SIGTERM: clean up like Ctrl-C
@@ -132,8 +131,13 @@ def run(stage, inputs, out_dir, param_items, seed, device_kind):
                             log=log, progress=report, where=stage)
     if bar is not None:
         bar.close()
-    metrics = ", ".join(f"{k} {v}" for k, v in manifest.get("metrics", {}).items())
-    click.echo(f"{stage}: wrote {out_dir} ({metrics})")
+    from bakery.pipeline.report import flatten_metrics
+
+    click.echo(f"{stage}: wrote {out_dir}")
+    metrics = flatten_metrics(manifest.get("metrics", {}))
+    width = max((len(k) for k in metrics), default=0)
+    for k, v in metrics.items():  # one aligned row per metric
+        click.echo(f"  {k:<{width}}  {v:.4g}" if isinstance(v, float) else f"  {k:<{width}}  {v}")
 
 
 def _register_subsystem_commands() -> None:

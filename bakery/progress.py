@@ -1,21 +1,88 @@
 """Progress reporting, the one place for it: a tqdm bar on a terminal, plain log lines
 otherwise (CI logs, nightly jobs), so long bakes never look hung and never flood a log.
 :func:`progress` serves one task (``bakery run``); :class:`StageProgress` counts a bake's
-tasks per stage and hands each task its in-task callback."""
+tasks per stage and hands each task its in-task callback; :class:`TrainingProgress` turns
+a training loop's step counts into live quality (loss, the stage's metric), step rate
+and time left, and records a convergence curve at fixed steps."""
 
 from __future__ import annotations
 
 import logging
 import sys
 import time
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 
 def describe(done: Any, total: Any, info: dict) -> str:
-    """``12/300 loss=0.0123 psnr_db=31.2``: a task's progress as one short string."""
+    """``12/300 loss=0.0123 psnr_db=31.2 eta=0:41``: a task's progress as one short string."""
     frac = f"{done}/{total}" if total else f"{done}"
-    extra = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in info.items())
-    return f"{frac} {extra}".strip()
+    return f"{frac} {format_info(info)}".strip()
+
+
+def format_info(info: dict) -> str:
+    """``k=v`` pairs, floats to 4 significant digits, ``eta`` (seconds) as m:ss."""
+    parts = []
+    for k, v in info.items():
+        if k == "eta" and isinstance(v, (int, float)):
+            parts.append(f"eta={format_seconds(v)}")
+        elif isinstance(v, float):
+            parts.append(f"{k}={v:.4g}")
+        else:
+            parts.append(f"{k}={v}")
+    return " ".join(parts)
+
+
+def format_seconds(s: float) -> str:
+    s = max(0, int(round(s)))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+class TrainingProgress:
+    """A trainer's ``progress`` (``update(n)`` per finished command buffer) that reports
+    ``report(done, total=..., **info)`` with the step rate, the time left and, from
+    ``probe``, the live quality (e.g. ``mse`` and ``psnr_db``).
+
+    ``probe(done)`` returns a dict of metrics (a ``step`` key, if any, says which step
+    they are of: a trainer runs ahead of its progress by one command buffer). It reads the current quality back from the device, which costs a
+    readback, so it runs at most every ``interval_s`` seconds for display, and at every
+    ``curve_every`` steps for :attr:`curve`. Curve points depend only on step counts,
+    never on the clock, so a bundle that stores the curve stays deterministic.
+    """
+
+    def __init__(self, report: Callable[..., Any], total: int, *, probe: Callable[[int], dict] | None = None,
+                 curve_every: int = 0, interval_s: float = 2.0, clock: Callable[[], float] = time.monotonic):
+        self.report, self.total, self.probe = report, total, probe
+        self.curve_every, self.interval_s, self.clock = curve_every, interval_s, clock
+        self.done = 0
+        self.curve: list[dict] = []
+        self.latest: dict = {}
+        self._start = clock()
+        self._last_probe = self._start
+        self._next_curve = curve_every if curve_every > 0 else None
+
+    def update(self, n: int) -> None:
+        self.done += n
+        now = self.clock()
+        on_curve = self._next_curve is not None and self.done >= self._next_curve
+        finished = self.done >= self.total
+        if self.probe is not None and (on_curve or finished or now - self._last_probe >= self.interval_s):
+            self.latest = dict(self.probe(self.done))
+            self._last_probe = self.clock()
+            if on_curve or finished:
+                point = {"step": self.done, **self.latest}
+                if self.curve and self.curve[-1]["step"] == point["step"]:
+                    self.curve[-1] = point  # the trainer ran ahead: one point per step
+                else:
+                    self.curve.append(point)
+                while self._next_curve is not None and self._next_curve <= self.done:
+                    self._next_curve += self.curve_every
+        info = {k: v for k, v in self.latest.items() if k != "step"}
+        elapsed = now - self._start
+        if elapsed > 0 and self.done > 0:
+            rate = self.done / elapsed
+            info["steps_s"] = float(rate)
+            info["eta"] = (self.total - self.done) / rate
+        self.report(self.done, total=self.total, **info)
 
 
 class _PlainProgress:
@@ -32,7 +99,7 @@ class _PlainProgress:
             self._last = now
             print(f"{self.desc}: {self.n}/{self.total}{self._postfix}", file=self.stream, flush=True)
 
-    def set_postfix_str(self, s: str) -> None:
+    def set_postfix_str(self, s: str, refresh: bool = True) -> None:
         self._postfix = f" {s}" if s else ""
 
     def close(self) -> None:

@@ -166,7 +166,9 @@ def test_roles_and_mean():
     assert format_for("emissive", 3) == "bc7" and format_for("mask", 1) == "bc4" and format_for("flow", 2) == "bc5"
     with pytest.raises(ValueError):
         format_for("weird", 5)
-    assert mean_psnr([30.0, math.inf, 40.0]) == 35.0 and mean_psnr([math.inf]) == math.inf
+    # the PSNR of the mean MSE (1e-3, 0, 1e-4), not the mean of the dB values (35)
+    assert mean_psnr([30.0, math.inf, 40.0]) == pytest.approx(-10 * math.log10(1.1e-3 / 3))
+    assert mean_psnr([math.inf]) == math.inf and mean_psnr([9.0, 87.0]) < 12.1
     with pytest.raises(ValueError, match="differ in size"):
         baseline_report({"albedo": np.zeros((8, 8, 3), np.float32), "ao": np.zeros((4, 8, 1), np.float32)})
 

@@ -45,7 +45,9 @@ def _summary(b: Bundle) -> list[str]:
     for name in sorted(b.networks):
         lines.append(f"network  {name}: {_network_line(b, name)}")
     if m["metrics"]:
-        lines.append("metrics  " + "  ".join(f"{k}={v}" for k, v in sorted(m["metrics"].items())))
+        from bakery.pipeline.report import flatten_metrics
+
+        lines.append("metrics  " + "  ".join(f"{k}={v}" for k, v in sorted(flatten_metrics(m["metrics"]).items())))
     if m["params"]:
         lines.append("params   " + json.dumps(m["params"], sort_keys=True))
     lines.append("files")

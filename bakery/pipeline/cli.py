@@ -18,6 +18,7 @@ from bakery.device import DEVICE_KINDS
 from bakery.errors import EXIT_OK, EXIT_TASK_FAILED, EXIT_USAGE, BakeryError, UsageError
 from bakery.pipeline.config import ConfigError, display_path, load_pipeline, load_project_paths
 from bakery.pipeline.executor import ALL_STAGES, BakeOptions, bake
+from bakery.pipeline.html_report import HTML_REPORT_NAME
 from bakery.pipeline.lock import LOCK_NAME, OutputLock
 from bakery.pipeline.safety import clean_cache, clean_output, filesystem_error, sigterm_as_interrupt
 
@@ -83,8 +84,10 @@ def _read_changed(changed: tuple[str, ...], changed_from: str | None) -> list[Pa
 @click.option("--report", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the bake report here (always written to <out>/bake-report.json).")
 @click.option("-v", "--verbose", is_flag=True, help="Per-task log lines even on a terminal.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the bake report (as in bake-report.json) on stdout instead of the table.")
 def bake_cmd(pipeline, force, only, assets, changed, changed_from, dry_run, fail_fast, no_wait, device,
-             report, verbose):
+             report, verbose, as_json):
     """Bake PIPELINE (default pipeline.toml): every (stage, asset) task, through the cache."""
     log = _setup_logging(verbose)
     try:
@@ -103,10 +106,17 @@ def bake_cmd(pipeline, force, only, assets, changed, changed_from, dry_run, fail
         sys.exit(EXIT_INTERRUPTED)
     for note in result.notes:
         log.warning("%s", note)
-    click.echo(result.table())
+    if as_json:
+        import json
+
+        click.echo(json.dumps(result.to_dict(), indent=1))
+    else:
+        click.echo(result.table())
     if dry_run:
         sys.exit(EXIT_WOULD_BUILD if result.totals().get("would-build") else EXIT_OK)
-    click.echo(f"report: {display_path(pipe.out / 'bake-report.json')}")
+    if not as_json:
+        click.echo(f"report: {display_path(pipe.out / 'bake-report.json')}  "
+                   f"(pictures: {display_path(pipe.out / HTML_REPORT_NAME)})")
     sys.exit(EXIT_TASK_FAILED if result.failed else EXIT_OK)
 
 

@@ -30,7 +30,7 @@ STAGE_REF = "stage:"
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _GLOB_CHARS = set("*?[")
 _PROJECT_KEYS = {"name", "out", "cache", "device", "seed", "plugins"}
-_STAGE_KEYS = {"type", "inputs", "params", "seed", "description"}
+_STAGE_KEYS = {"type", "inputs", "params", "seed", "description", "require"}
 
 
 class ConfigError(UsageError):
@@ -64,6 +64,7 @@ class StageDecl:
     inputs: list[str]
     params: dict[str, Any]
     seed: int
+    require: list = field(default_factory=list)  # bakery.pipeline.gates.Gate
 
     @property
     def upstream(self) -> list[str]:
@@ -390,6 +391,7 @@ def _check_unique(insts: list[Asset], c: _Collector, key: str) -> None:
 
 
 def _load_stages(table: Any, pipe: Pipeline, declared_assets: set[str], c: _Collector) -> dict[str, StageDecl]:
+    from bakery.pipeline.gates import parse_require
     from bakery.stages import get_stage, resolve_params
 
     if not isinstance(table, dict):
@@ -425,6 +427,7 @@ def _load_stages(table: Any, pipe: Pipeline, declared_assets: set[str], c: _Coll
                 params = resolve_params(stage_cls.params, raw, key_prefix=f"{key}.params")
             except UsageError as e:
                 c.add_usage(e)
+        require = parse_require(decl["require"], f"{key}.require", c.add, c.where) if "require" in decl else []
         seed = decl.get("seed", pipe.seed)
         if _expect(c, f"{key}.seed", seed, int, "an integer") and seed < 0:
             c.add(f"{key}.seed", f"{seed} is out of range (allowed int >= 0, default {pipe.seed})")
@@ -456,5 +459,5 @@ def _load_stages(table: Any, pipe: Pipeline, declared_assets: set[str], c: _Coll
                         ok = False
                         break
         if ok and params is not None and isinstance(seed, int):
-            stages[name] = StageDecl(name, type_name, stage_cls, inputs, params, seed)
+            stages[name] = StageDecl(name, type_name, stage_cls, inputs, params, seed, require)
     return stages

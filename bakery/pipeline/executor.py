@@ -20,6 +20,8 @@ from typing import Sequence
 from bakery.errors import UsageError
 from bakery.pipeline.cache import Cache, output_matches
 from bakery.pipeline.config import Pipeline, display_path
+from bakery.pipeline.gates import first_failure
+from bakery.pipeline.html_report import HTML_REPORT_NAME, task_dirs, write_html_report
 from bakery.pipeline.lock import OutputLock
 from bakery.pipeline.planner import PlanOptions, plan
 from bakery.progress import StageProgress
@@ -102,7 +104,7 @@ class Executor:
             return report
         check_report_target(self.opts.report)
         with OutputLock(self.pipe.out, wait=self.opts.wait, say=self.log.warning):
-            forget_report(self.pipe.out / REPORT_NAME, self.opts.report)
+            forget_report(self.pipe.out / REPORT_NAME, self.pipe.out / HTML_REPORT_NAME, self.opts.report)
             swept = sweep_staging(self.pipe.out, self.cache.root / "entries")
             if swept:
                 report.notes.append(f"removed {swept} staging folder(s) left by an interrupted bake")
@@ -114,7 +116,15 @@ class Executor:
                 report.write(self.pipe.out / REPORT_NAME)
                 if self.opts.report:
                     report.write(self.opts.report)
+                self._write_html(report, specs)
         return report
+
+    def _write_html(self, report: BakeReport, specs: list[TaskSpec]) -> None:
+        """out/report.html; a plot that cannot be drawn costs a warning, never the bake."""
+        try:
+            write_html_report(report, task_dirs(specs), self.pipe.out / HTML_REPORT_NAME)
+        except Exception as e:  # noqa: BLE001
+            self.log.warning("report.html not written: %s: %s", type(e).__name__, e)
 
     def _dry_run(self, spec: TaskSpec) -> TaskOutcome:
         o = TaskOutcome(spec.stage, spec.asset, "would-build", key=spec.key or None,
@@ -185,6 +195,10 @@ class Executor:
         finally:
             o.seconds += time.monotonic() - start
         o.metrics = _read_metrics(self.cache.bundle_dir(spec.key))
+        decl = self.pipe.stages.get(spec.stage)
+        gate = first_failure(decl.require, o.metrics) if decl is not None else None
+        if gate:
+            o.status, o.error = "failed", f"{spec.id}: {gate}"
         o.outputs = [{"path": display_path(out_dir / rel), "bytes": size, "sha256": digest}
                      for rel, (size, digest) in sorted((event.sums or {}).items())]
         return o

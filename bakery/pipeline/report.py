@@ -72,22 +72,53 @@ class BakeReport:
         write_atomic(Path(path), (json.dumps(self.to_dict(), indent=1) + "\n").encode())
 
     def table(self) -> str:
-        """The human summary: one row per task, then totals."""
+        """The human summary: one row per task, totals, then each stage's metrics as an
+        aligned table (one column per metric, nested ones as ``psnr_db.normal``)."""
         rows = [("stage", "asset", "status", "seconds", "detail")]
         for o in self.tasks:
-            detail = o.error or o.reason
-            if o.metrics and o.status == "built":
-                shown = ", ".join(f"{k}={_fmt(v)}" for k, v in list(o.metrics.items())[:3])
-                detail = f"{detail}; {shown}" if detail else shown
-            rows.append((o.stage, o.asset, o.status, f"{o.seconds:.2f}", detail))
-        widths = [max(len(r[i]) for r in rows) for i in range(4)]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4] for r in rows]
-        lines.insert(1, "  ".join("-" * w for w in widths) + "  " + "-" * 6)
+            rows.append((o.stage, o.asset, o.status, f"{o.seconds:.2f}", o.error or o.reason))
+        lines = _align(rows, last_free=True)
         t = self.totals()
         verb, n = ("would build", t.get("would-build", 0)) if self.dry_run else ("built", t["built"])
         lines.append(f"{t['total']} tasks: {n} {verb}, {t['cached']} cached, "
                      f"{t['failed']} failed, {t['skipped']} skipped in {self.seconds:.2f} s")
+        for stage in dict.fromkeys(o.stage for o in self.tasks):
+            measured = [(o.asset, flatten_metrics(o.metrics)) for o in self.tasks if o.stage == stage and o.metrics]
+            if not measured:
+                continue
+            names = list(dict.fromkeys(k for _, m in measured for k in m))
+            lines.append("")
+            lines.extend(_align([(stage, *names)] + [(a, *(_fmt(m[k]) if k in m else "-" for k in names))
+                                                     for a, m in measured], right_from=1))
         return "\n".join(line.rstrip() for line in lines)
+
+
+def flatten_metrics(metrics: dict, prefix: str = "") -> dict[str, Any]:
+    """``{"psnr_db": {"normal": 19.2}}`` -> ``{"psnr_db.normal": 19.2}``; lists are left out."""
+    out: dict[str, Any] = {}
+    for k, v in metrics.items():
+        if isinstance(v, dict):
+            out.update(flatten_metrics(v, f"{prefix}{k}."))
+        elif not isinstance(v, (list, tuple)):
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _align(rows: list[tuple], *, last_free: bool = False, right_from: int | None = None) -> list[str]:
+    """Rows as columns padded to a common width, a dashed rule under the header; numbers
+    (columns from ``right_from``) right-aligned; ``last_free`` leaves the last column unpadded."""
+    n = len(rows[0]) - (1 if last_free else 0)
+    widths = [max(len(str(r[i])) for r in rows) for i in range(n)]
+
+    def cell(i, c):
+        if i >= n:
+            return str(c)
+        return str(c).rjust(widths[i]) if right_from is not None and i >= right_from else str(c).ljust(widths[i])
+
+    lines = ["  ".join(cell(i, c) for i, c in enumerate(r)) for r in rows]
+    rule = ["-" * w for w in widths] + (["-" * 6] if last_free else [])
+    lines.insert(1, "  ".join(rule))
+    return lines
 
 
 def _fmt(v: Any) -> str:

@@ -1,13 +1,27 @@
 """Typed stage parameters: every stage declares its schema so a pipeline can be
-validated (type, range, default) before any GPU work starts."""
+validated (type, range, default) before any GPU work starts.
+
+A training parameter may default to ``auto``: the stage resolves it when it runs, from
+the device class (a CPU Vulkan device gets a preview-sized budget, a GPU production
+quality) and the input size, through :class:`Presets`, and records the values used in
+the manifest's ``resolved_params``. The shared :data:`QUALITY` parameter picks the
+preset tier (``preview`` / ``production`` / ``final``). How a stage adopts it:
+docs/PIPELINE.md, "Device-aware defaults".
+"""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from bakery.errors import UsageError
+
+#: The default of a parameter the stage resolves per device class and input size.
+AUTO = "auto"
+QUALITIES = ("preview", "production", "final")
+#: Device classes a preset table is keyed by: ``ctx.device.info.software`` picks one.
+DEVICE_CLASSES = ("cpu", "gpu")
 
 
 @dataclass(frozen=True)
@@ -31,12 +45,21 @@ class Param:
             allowed = f"{self.type.__name__} in [{lo}, {hi}]"
         else:
             allowed = self.type.__name__
+        if self.auto:
+            allowed += " or 'auto'"
         return f"allowed {allowed}, default {self.default!r}"
+
+    @property
+    def auto(self) -> bool:
+        """Whether ``auto`` is allowed: the parameter defaults to it."""
+        return self.default == AUTO and self.type is not str
 
     def coerce(self, value: Any, *, where: str | None = None, key: str | None = None) -> Any:
         """Checks and converts one value; strings from the command line are parsed."""
         key = key or self.name
         v = value
+        if self.auto and isinstance(v, str) and v.strip().lower() == AUTO:
+            return AUTO
         try:
             if isinstance(v, str) and self.type is not str:
                 if self.type is bool:
@@ -80,3 +103,47 @@ def resolve_params(schema: Sequence[Param], given: Mapping[str, Any], *,
         else:
             out[p.name] = p.default
     return out
+
+
+#: The preset tier, shared by every stage with ``auto`` parameters.
+QUALITY = Param("quality", str, "production", "preset tier of the 'auto' parameters",
+                choices=QUALITIES)
+
+
+def device_class(device) -> str:
+    """``cpu`` for a software Vulkan device (lavapipe), ``gpu`` otherwise."""
+    return "cpu" if device.info.software else "gpu"
+
+
+@dataclass(frozen=True)
+class Presets:
+    """What ``auto`` means for one stage: values per device class and quality tier.
+
+    ``table[device_class][quality]`` maps parameter names to values. ``fit`` (optional)
+    adapts a preset to the input size, e.g. no batch larger than the image's texel count:
+    it gets the values and ``size`` (what the stage passes, e.g. texels) and returns them.
+    """
+
+    table: Mapping[str, Mapping[str, Mapping[str, Any]]]
+    fit: Callable[[dict, Any], dict] | None = None
+
+    def resolve(self, params: Mapping[str, Any], *, device_class: str, size: Any = None) -> dict[str, Any]:
+        """``params`` with every ``auto`` replaced; explicit values are kept as given."""
+        quality = params.get("quality", "production")
+        preset = dict(self.table[device_class][quality])
+        if self.fit is not None:
+            preset = self.fit(preset, size)
+        out = dict(params)
+        for name, value in params.items():
+            if value == AUTO:
+                if name not in preset:
+                    raise KeyError(f"no preset for parameter {name!r} ({device_class}, {quality})")
+                out[name] = preset[name]
+        return out
+
+
+def resolved_record(params: Mapping[str, Any], resolved: Mapping[str, Any], *, device_class: str) -> dict:
+    """The manifest's ``resolved_params``: every value used, and which came from ``auto``."""
+    return {"device_class": device_class, "quality": resolved.get("quality"),
+            "auto": sorted(k for k, v in params.items() if v == AUTO),
+            "values": dict(sorted(resolved.items()))}
