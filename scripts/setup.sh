@@ -23,4 +23,17 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! have_hw_vulkan && ! 
   apt-get install -y -qq -t bookworm-backports mesa-vulkan-drivers libvulkan1 >/dev/null
 fi
 
+# Tools the tests use when present (they skip without them): headless Chromium opens
+# out/report.html, glslangValidator compiles the generated GLSL and HLSL decoders.
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  missing=""
+  command -v chromium >/dev/null || missing="$missing chromium"
+  command -v glslangValidator >/dev/null || missing="$missing glslang-tools"
+  if [ -n "$missing" ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends $missing >/dev/null \
+      || echo "setup: could not install$missing; the tests that need them will skip" >&2
+  fi
+fi
+
 python3 -m pip install -q --disable-pip-version-check -e '.[test]'
