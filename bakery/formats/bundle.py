@@ -47,7 +47,10 @@ def check_file_name(name: str) -> str:
 class BundleWriter:
     """Writes a bundle's files into ``staging_dir`` and records them for the manifest."""
 
-    def __init__(self, staging_dir: Path):
+    def __init__(self, staging_dir: Path, *, symbol_prefix: str = "bakery"):
+        #: Prefix of every global name in the generated decoder shaders (see
+        #: :func:`symbol_prefix`), so two bundles' decoders can live in one shader.
+        self.symbol_prefix = symbol_prefix
         self.dir = Path(staging_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._files: dict[str, dict] = {}
@@ -94,23 +97,33 @@ class BundleWriter:
 
     def write_decoder_artifacts(self, spec: NetworkSpec, *, onnx: bool = True, shaders: Sequence[str] = ("slang", "hlsl", "glsl"),
                                 params: np.ndarray | None = None, prefix: str = "decoder",
-                                network: str = DEFAULT_NETWORK) -> list[Path]:
-        """Generated decoder shaders (``decoder.slang``/``.hlsl``/``.glsl``) and ``decoder.onnx``
-        for ``network``, written before by :meth:`write_weights`. ONNX needs ``params`` and the onnx package."""
+                                network: str = DEFAULT_NETWORK, onnx_opset: int | None = None) -> list[Path]:
+        """Generated decoder shaders (``decoder.slang``/``.hlsl``/``.glsl``, the GLSL one an
+        include with a compilable compute wrapper ``decoder.comp``) and ``decoder.onnx``
+        (``onnx_opset``, default :data:`bakery.formats.onnx_export.OPSET`) for ``network``,
+        written before by :meth:`write_weights`. Shader symbols start with the bundle's
+        :attr:`symbol_prefix`. ONNX needs ``params`` and the onnx package."""
         record = self._networks.get(network)
         if record is None:
             raise ValueError(f"write_weights for {network!r} first: the decoders bake in its layout")
         from bakery.formats import shadergen
+        symbols = self.symbol_prefix if network == DEFAULT_NETWORK else f"{self.symbol_prefix}_{network}"
+        record["shader_prefix"] = symbols
         written = []
         for lang in shaders:
-            text = shadergen.generate(spec, lang, dtype=record["dtype"])
+            text = shadergen.generate(spec, lang, dtype=record["dtype"], prefix=symbols)
             written.append(self.write_bytes(f"{prefix}.{shadergen.EXTENSIONS[lang]}", text.encode(), role="shader"))
+            if lang == "glsl":
+                wrapper = shadergen.glsl_compute_wrapper(spec, f"{prefix}.glsl", prefix=symbols)
+                written.append(self.write_bytes(f"{prefix}.comp", wrapper.encode(), role="shader"))
         if onnx:
             if params is None:
                 raise ValueError("ONNX export needs the params")
-            from bakery.formats.onnx_export import export_onnx_bytes
+            from bakery.formats.onnx_export import OPSET, export_onnx_bytes
             quant = _as_stored(params, record["dtype"])
-            written.append(self.write_bytes(f"{prefix}.onnx", export_onnx_bytes(spec, quant), role="onnx"))
+            data = export_onnx_bytes(spec, quant, opset=onnx_opset or OPSET)
+            written.append(self.write_bytes(f"{prefix}.onnx", data, role="onnx"))
+            record["onnx_opset"] = onnx_opset or OPSET
         return written
 
     # -- textures ----------------------------------------------------------------------
@@ -162,6 +175,14 @@ class BundleWriter:
         (self.dir / MANIFEST_NAME).write_bytes(data)
         self._finalized = True
         return canonical_json.normalize(manifest)
+
+
+def symbol_prefix(stage_type: str, asset: str) -> str:
+    """``bk_neural_texture_textures_rust``: a shader-identifier prefix from the stage type
+    and asset name, so decoders of different bundles never clash. Characters other than
+    letters and digits become one ``_`` (GLSL reserves double underscores)."""
+    words = re.findall(r"[A-Za-z0-9]+", f"{stage_type} {asset}")
+    return "_".join(["bk", *words]).lower()
 
 
 def network_record(weights_name: str, spec: NetworkSpec, dtype: str) -> dict:

@@ -17,8 +17,15 @@ import bakery
 from bakery.nn import activations
 from bakery.nn.network import NetworkSpec
 
-OPSET = 17
-IR_VERSION = 8        # the oldest IR that carries opset 17: loadable by older runtimes too
+#: Default opset: the oldest that has every op the decoders use (Unsqueeze with its axes
+#: as an input is opset 13), so runtimes that stop early load it (Unity Sentis documents
+#: opsets up to 15, onnxruntime every one since 13).
+OPSET = 13
+OPSETS = tuple(range(13, 22))
+#: The oldest IR version that carries each opset (onnx's versioning table): older
+#: runtimes refuse a newer IR even when they know the ops.
+IR_VERSIONS = {13: 7, 14: 7, 15: 8, 16: 8, 17: 8, 18: 8, 19: 9, 20: 9, 21: 10}
+IR_VERSION = IR_VERSIONS[OPSET]
 INPUT_NAME, OUTPUT_NAME = "inputs", "outputs"
 
 
@@ -27,8 +34,11 @@ def _activation_node(helper, name: str, src: str, dst: str):
     return helper.make_node(act.onnx_op, [src], [dst], **act.onnx_attrs)
 
 
-def build_onnx_model(spec: NetworkSpec, params: np.ndarray):
-    """An ``onnx.ModelProto`` computing ``spec.forward(params, inputs)`` in float32."""
+def build_onnx_model(spec: NetworkSpec, params: np.ndarray, *, opset: int = OPSET):
+    """An ``onnx.ModelProto`` computing ``spec.forward(params, inputs)`` in float32, as
+    ``opset`` (one of :data:`OPSETS`) with the matching IR version."""
+    if opset not in IR_VERSIONS:
+        raise ValueError(f"ONNX opset {opset} is not supported (choose {OPSETS[0]}..{OPSETS[-1]})")
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -50,14 +60,14 @@ def build_onnx_model(spec: NetworkSpec, params: np.ndarray):
         [helper.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, ["N", spec.n_inputs])],
         [helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, ["N", spec.n_outputs])],
         initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="bakery", producer_version=bakery.__version__)
-    model.ir_version = IR_VERSION
+    model.ir_version = IR_VERSIONS[opset]
     helper.set_model_props(model, {"bakery.network": json.dumps(spec.to_dict(), sort_keys=True)})
     onnx.checker.check_model(model, full_check=True)
     return model
 
 
-def export_onnx_bytes(spec: NetworkSpec, params: np.ndarray) -> bytes:
-    """Serialized ``decoder.onnx`` (deterministic for the same spec and params)."""
-    return build_onnx_model(spec, params).SerializeToString(deterministic=True)
+def export_onnx_bytes(spec: NetworkSpec, params: np.ndarray, *, opset: int = OPSET) -> bytes:
+    """Serialized ``decoder.onnx`` (deterministic for the same spec, params and opset)."""
+    return build_onnx_model(spec, params, opset=opset).SerializeToString(deterministic=True)

@@ -55,7 +55,7 @@ def run_task(stage_cls: type[Stage], inputs: Sequence[StageInput], raw_params: d
     ``out_dir`` is left exactly as it was. Returns the bundle manifest.
     """
     params = resolve_params(stage_cls.params, raw_params or {}, where=where)
-    from bakery.formats.bundle import BundleWriter, atomic_publish
+    from bakery.formats.bundle import BundleWriter, atomic_publish, symbol_prefix
 
     out_dir = Path(out_dir).absolute()
     if out_dir.exists() and not out_dir.is_dir():
@@ -65,7 +65,7 @@ def run_task(stage_cls: type[Stage], inputs: Sequence[StageInput], raw_params: d
     staging = staging_dir_for(out_dir)
     tracker = _TrackingDeviceProvider(device_provider)
     try:
-        writer = BundleWriter(staging)
+        writer = BundleWriter(staging, symbol_prefix=symbol_prefix(stage_cls.type_name, inputs[0].name if inputs else ""))
         ctx = StageContext(device_provider=tracker, seed=seed, out=writer,
                            progress=progress or _no_progress, log=log)
         result = stage_cls().run(ctx, list(inputs), params)

@@ -12,7 +12,6 @@ the loss curve (JSON and a convergence plot).
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ import numpy as np
 from bakery.formats.images import load_image, psnr
 from bakery.nn.optimizers import OPTIMIZERS, AdamW
 from bakery.nn.trainer import TrainConfig, Trainer
+from bakery.progress import TrainingProgress
 from bakery.stages import Param, Stage, StageResult, register
 from bakery.stages.fit.objective import ShaderFit
 from bakery.stages.fit.plot import convergence_png
@@ -32,23 +32,11 @@ DIFFERENCE_GAIN = 4.0
 LOSS_REPORT_INTERVAL = 0.5
 
 
-class LossProgress:
-    """Step progress with the current loss; reads the loss back at most twice a second so
-    the GPU is not stalled every command buffer."""
-
-    def __init__(self, ctx, objective: ShaderFit, total: int):
-        self.ctx, self.objective, self.total, self.done = ctx, objective, total, 0
-        self._last = 0.0
-
-    def update(self, n: int) -> None:
-        self.done += n
-        now = time.monotonic()
-        if now - self._last < LOSS_REPORT_INTERVAL and self.done < self.total:
-            self.ctx.progress(self.done, total=self.total)
-            return
-        self._last = now
-        loss = float(self.objective.losses(self.done)[-1])
-        self.ctx.progress(self.done, total=self.total, loss=loss)
+def loss_progress(ctx, objective: ShaderFit, total: int) -> TrainingProgress:
+    """Step progress with the current loss, the step rate and the time left; the loss is
+    read back at most twice a second so the GPU is not stalled every command buffer."""
+    return TrainingProgress(ctx.progress, total, probe=lambda done: {"loss": float(objective.losses(done)[-1])},
+                            interval_s=LOSS_REPORT_INTERVAL)
 
 
 def load_inputs(spec: FitSpec) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray], tuple[int, int]]:
@@ -118,7 +106,7 @@ class Fit(Stage):
             trainer = Trainer(device, None, objective, config)
         except spy.SlangCompileError as e:  # e.g. the function is not differentiable all the way down
             raise compile_error(spec, e) from None
-        trainer.train(progress=LossProgress(ctx, objective, config.steps))
+        trainer.train(progress=loss_progress(ctx, objective, config.steps))
         render = objective.render(trainer)
         losses = objective.losses(config.steps)
         diff = render - reference
