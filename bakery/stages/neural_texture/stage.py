@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from bakery.formats.images import load_image, psnr
+from bakery.formats.onnx_export import OPSET, OPSETS
 from bakery.nn.activations import ACTIVATIONS
 from bakery.nn.encodings import FrequencyEncoding
 from bakery.nn.network import NetworkSpec
@@ -61,6 +62,7 @@ class NeuralTexture(Stage):
         Param("lr", float, 5e-3, "Adam learning rate", min=1e-6, max=1.0),
         Param("schedule", str, "cosine", "learning-rate schedule", choices=SCHEDULES),
         Param("weights_dtype", str, "float16", "dtype of weights.bin", choices=("float16", "float32")),
+        Param("onnx_opset", int, OPSET, "opset of decoder.onnx (IR version to match)", choices=OPSETS),
     )
 
     def run(self, ctx, inputs, params) -> StageResult:
@@ -90,7 +92,7 @@ class NeuralTexture(Stage):
         ctx.out.write_png("reference.png", image, role="reference")
         ctx.out.write_png("difference.png", np.abs(decoded - image) * DIFFERENCE_GAIN, role="difference")
         ctx.out.write_json("convergence.json", {"loss": "mse", "points": live.curve}, role="loss_curve")
-        ctx.out.write_decoder_artifacts(spec, params=weights)
+        ctx.out.write_decoder_artifacts(spec, params=weights, onnx_opset=params["onnx_opset"])
         return StageResult(metrics={"psnr_db": round(score, 4)},
                            manifest={"source": {"width": w, "height": h, "channels": c},
                                      "difference_gain": DIFFERENCE_GAIN,
