@@ -6,7 +6,14 @@ UNTESTED IN UNREAL HERE: written against docs/FORMAT.md and the documented
 Run from the editor's Python console:
     py "path/to/unreal_import_bundle.py" "D:/bakes/out/fit/rock" "/Game/Baked/rock"
 It verifies every file's size and sha256, checks weights.bin's header, imports the DDS
-textures (authored mips kept, latents as linear data) and logs the network.
+textures (authored mips kept; data textures linear, see texture_settings) and logs the
+network.
+
+Decoding: decoder.hlsl's ``<prefix>_decode`` reads weights.bin through a
+``StructuredBuffer<uint>``, which a material's Custom node cannot declare. Run it in a
+compute pass (a global shader dispatched through the Render Dependency Graph) that binds
+weights.bin as that buffer and ``#include``s decoder.hlsl, writing its outputs to a
+render target the materials sample.
 """
 
 import hashlib
@@ -45,7 +52,27 @@ def read_weights_header(path):
             "layers": [(l[0], l[1], ACTIVATIONS[l[2]], l[4], l[6]) for l in layers]}
 
 
+def texture_settings(name, role, fmt):
+    """(srgb, compression) for one bundle texture, from its manifest role and format.
+
+    Neural latents are data, not colour: linear, and uncompressed 8-bit (Unreal's
+    VectorDisplacementmap setting) rather than HDR, which would double their memory for
+    nothing. Transcoded BC4/BC5 textures are single/dual-channel data (roughness, normal
+    XY): linear, kept as BC4 (Alpha) and BC5 (Normalmap). Only *_srgb formats are sRGB.
+    """
+    C = unreal.TextureCompressionSettings
+    srgb = fmt.endswith("_srgb")
+    if role == "latents" or "latent" in name:
+        return False, C.TC_VECTOR_DISPLACEMENTMAP
+    if fmt.startswith("bc4"):
+        return False, C.TC_ALPHA
+    if fmt.startswith("bc5"):
+        return False, C.TC_NORMALMAP
+    return srgb, C.TC_DEFAULT
+
+
 def import_textures(bundle, manifest, destination):
+    roles = {f["name"]: f["role"] for f in manifest["files"]}
     tasks = []
     for name in manifest.get("textures", {}):
         if not name.lower().endswith(".dds"):
@@ -56,14 +83,14 @@ def import_textures(bundle, manifest, destination):
         task.automated = True
         task.replace_existing = True
         task.save = True
-        tasks.append(task)
-    unreal.AssetToolsHelpers.get_asset_tools().import_asset_tasks(tasks)
-    for task in tasks:
+        tasks.append((name, task))
+    unreal.AssetToolsHelpers.get_asset_tools().import_asset_tasks([t for _, t in tasks])
+    for name, task in tasks:
+        srgb, compression = texture_settings(name, roles.get(name, ""), manifest["textures"][name]["format"])
         for asset_path in task.imported_object_paths:
             tex = unreal.load_asset(asset_path)
-            if "latent" in os.path.basename(task.filename):
-                tex.set_editor_property("srgb", False)
-                tex.set_editor_property("compression_settings", unreal.TextureCompressionSettings.TC_HDR)
+            tex.set_editor_property("srgb", srgb)
+            tex.set_editor_property("compression_settings", compression)
             tex.set_editor_property("mip_gen_settings", unreal.TextureMipGenSettings.TMGS_LEAVE_EXISTING_MIPS)
             unreal.EditorAssetLibrary.save_loaded_asset(tex)
 
@@ -74,7 +101,9 @@ def main(bundle, destination):
     for network in manifest.get("networks", {}).values():
         net = read_weights_header(os.path.join(bundle, network["file"]))
         unreal.log(f"bakery network {net['dtype']}: {net['layers']}")
-        unreal.log("Bind weights.bin as a raw buffer and paste decoder.hlsl into a Custom node or shader.")
+        unreal.log(f"decode with {network.get('shader_prefix', 'bakery')}_decode from decoder.hlsl in a compute "
+                   "pass (global shader) that binds weights.bin as StructuredBuffer<uint>; a material Custom "
+                   "node cannot declare that buffer")
     unreal.log(f"imported bakery bundle {bundle} ({manifest['stage']['type']} v{manifest['stage']['version']})")
 
 

@@ -3,23 +3,19 @@
 // UNTESTED IN UNITY HERE: written against docs/FORMAT.md and Unity's documented
 // ScriptedImporter API, never compiled or run in the Unity editor on bakery's machines.
 //
-// Put this file in an Editor folder. Select a bundle's weights.bin and choose this
-// importer (it claims ".bin" as an override extension, so nothing else changes). It
-// checks the header and the sha256 listed in the sibling manifest.json, then stores a
-// BakeryNetwork asset whose Bytes go to a ComputeBuffer (stride 4) for decoder.hlsl.
+// This file goes in an Editor folder; the asset type it creates, BakeryNetwork, is in
+// Runtime/BakeryNetwork.cs (a ScriptableObject needs its own runtime script file). Select
+// a bundle's weights.bin and choose this importer (it claims ".bin" as an override
+// extension, so nothing else changes). It checks the header and the sha256 listed in the
+// sibling manifest.json, then stores a BakeryNetwork asset whose Bytes go to a
+// ComputeBuffer (stride 4) for decoder.hlsl, whose functions are named
+// <shader_prefix>_decode (the prefix is in the manifest, per bundle).
 using System;
 using System.IO;
 using System.Security.Cryptography;
 using System.Text.RegularExpressions;
 using UnityEditor.AssetImporters;
 using UnityEngine;
-
-public class BakeryNetwork : ScriptableObject
-{
-    public string Dtype;          // "float16" or "float32"
-    public int[] LayerIn, LayerOut, Activation, WeightOffset, BiasOffset;
-    public byte[] Bytes;          // weights.bin unchanged: upload as uint words
-}
 
 [ScriptedImporter(1, null, new[] { "bin" })]
 public class BakeryWeightsImporter : ScriptedImporter
@@ -50,8 +46,17 @@ public class BakeryWeightsImporter : ScriptedImporter
                 throw new Exception($"{ctx.assetPath}: layer {i} is misaligned");
         }
         net.Bytes = data;
+        net.ShaderPrefix = ShaderPrefix(ctx.assetPath);
         ctx.AddObjectToAsset("network", net);
         ctx.SetMainObject(net);
+    }
+
+    // The decoder's symbol prefix from manifest.json (e.g. "bk_neural_texture_textures_rust").
+    static string ShaderPrefix(string path)
+    {
+        string json = File.ReadAllText(Path.Combine(Path.GetDirectoryName(path), "manifest.json"));
+        var m = Regex.Match(json, "\"shader_prefix\": \"([A-Za-z0-9_]+)\"");
+        return m.Success ? m.Groups[1].Value : "bakery";
     }
 
     // Finds this file's entry in manifest.json and compares size and sha256 (a small regex
