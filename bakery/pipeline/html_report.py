@@ -3,7 +3,7 @@
 Per task: the reference, decoded and difference images side by side, the convergence
 curve where the bundle stores one (``loss_curve`` role), and for texture compression
 (``ntc``) the rate-distortion plot against the BCn baseline from its manifest. Plots are
-drawn with matplotlib; every image is embedded as a data URI (downscaled thumbnails), so
+drawn with matplotlib; every image is embedded as a data URI (JPEG thumbnails), so
 the page can be mailed or attached to a CI run as one file.
 """
 
@@ -24,6 +24,8 @@ from bakery.pipeline.report import BakeReport, TaskOutcome, flatten_metrics
 HTML_REPORT_NAME = "report.html"
 #: Longest side of an embedded image; the full-size files are in the bundle.
 THUMBNAIL = 256
+#: Embedded thumbnails are JPEG at this quality (plots stay PNG).
+JPEG_QUALITY = 88
 #: |decoded - reference| is shown times this, so small errors are visible.
 DIFFERENCE_GAIN = 4.0
 
@@ -36,7 +38,8 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 section.task { border-top: 2px solid #ddd; padding-top: 0.5em; margin-top: 1.5em; }
 .row { display: flex; flex-wrap: wrap; gap: 1em; align-items: flex-start; }
 figure { margin: 0; } figcaption { font-size: 0.85em; color: #555; text-align: center; }
-img.texel { image-rendering: pixelated; width: 192px; height: auto; border: 1px solid #ccc; }
+img.texel { image-rendering: pixelated; width: 160px; height: auto; border: 1px solid #ccc; }
+img.plot { height: 200px; width: auto; }
 """
 
 
@@ -56,8 +59,9 @@ def render(report: BakeReport, out_dirs: dict[str, Any]) -> str:
              f"</title><style>{_CSS}</style></head><body>",
              f"<h1>Bake of {_e(report.pipeline)}</h1>",
              f"<p>{t['total']} tasks: {t['built']} built, {t['cached']} cached, {t['failed']} failed, "
-             f"{t['skipped']} skipped in {report.seconds:.1f} s on {_e(dev.get('adapter', 'no device'))}"
-             f"{' (software)' if dev.get('software') else ''}.</p>",
+             f"{t['skipped']} skipped in {report.seconds:.1f} s "
+             + (f"on {_e(dev.get('adapter', '?'))}{' (software)' if dev.get('software') else ''}.</p>" if dev
+                else "(no device opened).</p>"),
              _summary_table(report.tasks)]
     for o in report.tasks:
         parts.append(_task_section(o, out_dirs.get(f"{o.stage}/{o.asset}"),
@@ -90,8 +94,13 @@ def _task_section(o: TaskOutcome, bundle: Path | None, inputs: dict) -> str:
         return head + "</section>"
     try:
         manifest = json.loads((Path(bundle) / "manifest.json").read_text())
-        body = [_image_rows(Path(bundle), manifest, inputs), _curves(Path(bundle), manifest),
-                _rate_distortion(manifest)]
+        images = _image_rows(Path(bundle), manifest, inputs)
+        plots = _curves(Path(bundle), manifest) + _rate_distortion(manifest)
+        if len(images) == 1:  # one pair: its plots beside it
+            body = ["<div class='row'>" + images[0] + plots + "</div>"]
+        else:
+            body = ["<div class='row'>" + row + "</div>" for row in images]
+            body.append("<div class='row plots'>" + plots + "</div>" if plots else "")
     except Exception as e:  # noqa: BLE001 - one odd bundle must not cost the whole page
         logging.getLogger("bakery.bake").warning("report.html: %s/%s: %s", o.stage, o.asset, e)
         body = [f"<p>could not show this bundle: {_e(type(e).__name__)}: {_e(e)}</p>"]
@@ -120,7 +129,7 @@ def image_pairs(bundle: Path, manifest: dict, inputs: dict) -> list[tuple[str, P
     return pairs
 
 
-def _image_rows(bundle: Path, manifest: dict, inputs: dict) -> str:
+def _image_rows(bundle: Path, manifest: dict, inputs: dict) -> list[str]:
     from bakery.formats.images import load_image
 
     rows = []
@@ -133,8 +142,8 @@ def _image_rows(bundle: Path, manifest: dict, inputs: dict) -> str:
             diff = np.abs(dec - ref) * DIFFERENCE_GAIN
             cells.append(_figure(diff, f"difference &times;{DIFFERENCE_GAIN:g} ({psnr(dec, ref):.2f} dB)",
                                  escape=False))
-        rows.append("<div class='row images'>" + "".join(cells) + "</div>")
-    return "\n".join(rows)
+        rows.append("".join(cells))
+    return rows
 
 
 def _figure(image: np.ndarray, caption: str, escape: bool = True) -> str:
@@ -148,12 +157,15 @@ def _figure(image: np.ndarray, caption: str, escape: bool = True) -> str:
     if a.ndim == 3 and a.shape[2] == 1:
         a = a[:, :, 0]
     im = Image.fromarray(a)
+    if im.mode not in ("RGB", "L"):
+        im = im.convert("RGB")  # JPEG has no alpha; the report shows colour
     if max(im.size) > THUMBNAIL:
         im.thumbnail((THUMBNAIL, THUMBNAIL), Image.Resampling.LANCZOS)
     buf = io.BytesIO()
-    im.save(buf, format="PNG")
+    im.save(buf, format="JPEG", quality=JPEG_QUALITY)  # a tenth of a PNG's size for photos and noise
+    uri = "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
     cap = _e(caption) if escape else caption
-    return f"<figure><img class='texel' alt='{_e(caption) if escape else 'difference'}' src='{_png_uri(buf.getvalue())}'>" \
+    return f"<figure><img class='texel' alt='{_e(caption) if escape else 'difference'}' src='{uri}'>" \
            f"<figcaption>{cap}</figcaption></figure>"
 
 
@@ -184,16 +196,17 @@ def _curves(bundle: Path, manifest: dict) -> str:
             ax.semilogy(steps, np.maximum(v, 1e-12), label=k)
         ax.set_xlabel("step")
         ax.set_ylabel(", ".join(lin) or "")
+        lines = list(ax.get_lines())
         if db:
             ax2 = ax.twinx() if lin else ax
             for k, v in db.items():
-                ax2.plot(steps, v, color="tab:orange", label=k)
+                lines += ax2.plot(steps, v, color="tab:orange", label=k)
             ax2.set_ylabel("PSNR (dB)")
         ax.set_title(f"convergence ({name})")
         ax.grid(True, which="both", alpha=0.3)
-        fig.legend(loc="upper center", ncols=3, fontsize="small", frameon=False)
+        ax.legend(lines, [line.get_label() for line in lines], loc="center right", fontsize="small")
         out.append(_plot_img(fig, f"convergence {name}"))
-    return "<div class='row plots'>" + "".join(out) + "</div>" if out else ""
+    return "".join(out)
 
 
 def rd_points(manifest: dict) -> dict[str, list[tuple[float, float]]]:
@@ -231,7 +244,7 @@ def _rate_distortion(manifest: dict) -> str:
     ax.set_title("rate-distortion: neural vs BCn")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small")
-    return "<div class='row plots'>" + _plot_img(fig, "rate-distortion") + "</div>"
+    return _plot_img(fig, "rate-distortion")
 
 
 def _figure_axes():
