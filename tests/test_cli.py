@@ -55,7 +55,7 @@ def test_same_seed_same_bytes(device, image, tmp_path):
         pytest.skip("bit-exact repeatability is a portable-backend property")
     for name in ("a", "b"):
         assert _run("run", "neural_texture", image, "-o", tmp_path / name, "--seed", 9, *SMALL).exit_code == 0
-    for f in ("weights.bin", "manifest.json", "preview.png", "decoder.onnx"):
+    for f in ("weights.bin", "manifest.json", "preview.png", "decoder.onnx", "convergence.json", "decoder.comp"):
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
 
 
