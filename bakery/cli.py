@@ -71,7 +71,28 @@ def _parse_params(items) -> dict:
     return out
 
 
-@main.command()
+class _RunCommand(click.Command):
+    """``bakery run STAGE --help`` also lists STAGE's parameters (types, ranges, defaults)."""
+
+    def parse_args(self, ctx, args):
+        self._args = list(args)  # --help is eager: remember which stage it was asked for
+        return super().parse_args(ctx, args)
+
+    def format_epilog(self, ctx, formatter):
+        super().format_epilog(ctx, formatter)
+        from bakery.stages import get_stage, known_stages
+
+        names = [a for a in getattr(self, "_args", []) if a in known_stages()]
+        if not names:
+            formatter.write_paragraph()
+            formatter.write_text(f"Stages: {', '.join(known_stages())}. 'bakery run STAGE --help' lists its parameters.")
+            return
+        cls = get_stage(names[0])
+        with formatter.section(f"Parameters of {cls.type_name} (--param KEY=VALUE)"):
+            formatter.write_dl([(p.name, f"{p.doc}; {p.describe()}".lstrip("; ")) for p in cls.params])
+
+
+@main.command(cls=_RunCommand)
 @click.argument("stage")
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path), help="output bundle folder")

@@ -87,3 +87,11 @@ def test_neural_texture_auto_defaults_record_what_was_used(device, image, tmp_pa
     assert steps == sorted(set(steps)) and steps[-1] == expected["steps"]
     assert curve[-1]["psnr_db"] == pytest.approx(m["metrics"]["psnr_db"], abs=1e-3)
     assert curve[-1]["psnr_db"] > curve[0]["psnr_db"]  # it learned while we watched
+
+
+def test_run_stage_help_lists_its_parameters():
+    r = CliRunner().invoke(main, ["run", "neural_texture", "--help"])
+    assert r.exit_code == 0
+    assert "Parameters of neural_texture" in r.output and "quality" in r.output and "or 'auto'" in r.output
+    r = CliRunner().invoke(main, ["run", "--help"])
+    assert r.exit_code == 0 and "neural_texture" in r.output
