@@ -44,7 +44,7 @@ class MipFit:
     """Buffers, kernels and evaluation of one material's mip chain on one device."""
 
     def __init__(self, device, material: MipMaterial, chain: MipChain, *, pairs: int, light: float,
-                 lr: float, roughness_lr: float, albedo_lr: float = 0.0, init: str = "box"):
+                 lr: float, roughness_lr: float, albedo_lr: float = 0.0, init: str = "toksvig"):
         self.device, self.material, self.chain = device, material, chain
         self.pairs, self.light = int(pairs), float(light)
         levels = range(1, chain.deepest + 1)
