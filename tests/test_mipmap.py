@@ -180,7 +180,7 @@ def test_dds_and_ktx2_mip_chains_read_back_level_by_level(bundle):
             assert np.all(np.sum(xy ** 2, -1) <= 1.05)        # z = sqrt(1 - x^2 - y^2) is real
             if level == 0:                 # level 0 is the source map, within BC5's block error
                 err = np.abs(xy - (normal0[..., :2] * 2 - 1))
-                assert err.mean() < 0.015 and err.max() < 0.1
+                assert err.mean() < 0.03 and err.max() < 0.1
     rough = read_dds((out / "roughness.dds").read_bytes())
     assert rough.format.name == "bc4_unorm" and rough.level_count == 4
     albedo = read_dds((out / "albedo.dds").read_bytes())
