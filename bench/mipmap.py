@@ -82,6 +82,7 @@ def run_stage(folder: Path, params: dict, dev, seed: int) -> tuple[dict, float]:
 def quality_row(name: str, m: dict, wall: float) -> dict:
     levels = m["metrics"]["levels"]
     row = {"material": name, "size": m["mipmap"]["source"]["width"], "settings": m["mipmap"]["settings"],
+           "start": m["mipmap"]["start"],
            "wall_s": round(wall, 2), "levels": levels,
            **{k: m["metrics"][k] for k in m["metrics"] if k.endswith("_1_4")}}
     row["every_level_below_box_and_toksvig"] = all(
@@ -90,7 +91,7 @@ def quality_row(name: str, m: dict, wall: float) -> dict:
 
 
 def print_quality(row: dict) -> None:
-    print(f"\n{row['material']} ({row['size']}^2, {row['settings']}, {row['wall_s']} s)")
+    print(f"\n{row['material']} ({row['size']}^2, {row['settings']}, {row['wall_s']} s, start {row['start']})")
     print("  level  size   trained      box  toksvig      vmf   | FLIP trained    box")
     for l in row["levels"]:
         print(f"  {l['level']:5d} {l['width']:5d} {l['trained_rmse']:9.5f} {l['box_rmse']:8.5f} "
@@ -111,7 +112,7 @@ def train_time(folder: Path, params: dict, dev, seed: int) -> dict:
     t0 = time.perf_counter()
     fit = MipFit(dev, material, chain, pairs=settings["pairs"], light=p["light"], lr=p["lr"],
                  roughness_lr=p["roughness_lr"], albedo_lr=p["albedo_lr"] if p["train_albedo"] else 0.0,
-                 init=p["init"])
+                 init=p["init"], seed=seed)
     trainer = Trainer(dev, None, fit, TrainConfig(steps=settings["steps"], batch=fit.batch,
                                                   optimizer=Adam(lr=p["lr"]), schedule="cosine", seed=seed))
     dev.wait()

@@ -122,6 +122,39 @@ def _block(a, level):
 
 
 # -- training ---------------------------------------------------------------------------
+def test_train_step_gradient_matches_finite_differences_of_the_numpy_loss(device):
+    from bakery.shading.directions import draw_directions
+
+    mat = _material(_bumpy(8), roughness=0.45, albedo=0.3)
+    chain = MipChain.for_size(8, 8)                              # one trained level, 4x4
+    fit = MipFit(device, mat, chain, pairs=3, light=3.0, lr=0.01, roughness_lr=0.01, init="box")
+    trainer = Trainer(device, None, fit, TrainConfig(steps=1, batch=fit.batch, seed=11))
+    grads = trainer.accumulate_gradients()   # normal offsets (48), then roughness log-factors (16)
+    wi = draw_directions(11, 3, step=0, stream=0, min_cos=0.05)[:, None, None, :]
+    wo = draw_directions(11, 3, step=0, stream=1, min_cos=0.05)[:, None, None, :]
+    level0 = 3.0 * brdf.brdf_cos(mat.albedo, mat.normal, mat.roughness[..., 0], 0.0, wi, wo)
+    target = tonemap(level0.reshape(3, 4, 2, 4, 2, 3).mean(axis=(2, 4)))
+    n0, r0 = filter_level(mat.normal, mat.roughness, 1, "box")
+    albedo = _block(mat.albedo, 1)
+
+    scale = np.maximum(r0 ** 2, 0.02)                           # offsets are in units of the start alpha
+
+    def loss(x):
+        n = n0 + scale * x[:48].reshape(4, 4, 3)
+        r = np.clip(r0[..., 0] * np.exp(x[48:].reshape(4, 4)), 0.02, 1.0)
+        render = tonemap(3.0 * brdf.brdf_cos(albedo, n, r, 0.0, wi, wo))
+        return ((render - target) ** 2).sum(axis=-1).mean(axis=0).sum()  # mean over pairs, per texel summed
+
+    x = np.zeros(64)
+    fd = np.zeros_like(x)
+    for k in range(x.size):
+        e = np.zeros_like(x)
+        e[k] = 1e-6
+        fd[k] = (loss(x + e) - loss(x - e)) / 2e-6
+    np.testing.assert_allclose(grads, fd, atol=2e-4 * np.abs(fd).max())
+    assert np.abs(fd).max() > 1e-3
+
+
 def test_training_beats_box_on_alternating_slopes_on_held_out_directions(device):
     mat = _material(alternating_slopes(16, angle=0.5), roughness=0.3, albedo=0.1)  # glossy: highlights dominate
     chain = MipChain.for_size(16, 16)
@@ -204,6 +237,19 @@ def test_uncompressed_chain_holds_the_trained_texels(tmp_path, device):
         np.testing.assert_allclose(np.linalg.norm(n, axis=-1), 1.0, atol=0.02)
     rough = read_dds((out / "roughness.dds").read_bytes())
     assert abs(rough.array(0).mean() / 255 - 0.7) < 0.01      # the constant stood in for the map
+
+
+def test_rectangular_power_of_two_maps_are_accepted(tmp_path):
+    from bakery.formats.ktx2 import read_ktx2
+
+    folder = _write_material(tmp_path / "wide", np.ascontiguousarray(_bumpy(32)[:16]))
+    out = tmp_path / "out"
+    r = _run(["run", "mipmap", folder, "-o", out, *SMALL])
+    assert r.exit_code == 0, r.output
+    tex = read_ktx2((out / "roughness.ktx2").read_bytes())
+    assert (tex.width, tex.height, tex.level_count) == (32, 16, 3)   # 32x16, 16x8, 8x4
+    m = json.loads((out / "manifest.json").read_text())
+    assert [(l["width"], l["height"]) for l in m["metrics"]["levels"]] == [(16, 8), (8, 4)]
 
 
 def test_same_seed_same_bytes(tmp_path, bundle):

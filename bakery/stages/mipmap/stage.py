@@ -17,9 +17,8 @@ from bakery.nn.trainer import TrainConfig, Trainer
 from bakery.stages import Param, Stage, StageResult, register
 from bakery.stages.base import StepProgress
 from bakery.stages.mipmap.chain import MipChain
-from bakery.stages.mipmap.filters import FILTERS
 from bakery.stages.mipmap.material import load_mip_material
-from bakery.stages.mipmap.objective import MipFit
+from bakery.stages.mipmap.objective import STARTS, MipFit
 from bakery.stages.mipmap.outputs import flip_error, write_chains, write_previews
 
 #: Settings where a parameter is left at 0 ("auto"): a software device (lavapipe, 2 CPU
@@ -51,8 +50,8 @@ class Mipmap(Stage):
         Param("roughness_lr", float, 0.01, "Adam learning rate of the roughness", min=1e-6, max=1.0),
         Param("train_albedo", bool, True, "also train the albedo mips (written as albedo.dds/.ktx2)"),
         Param("albedo_lr", float, 0.01, "Adam learning rate of the albedo", min=1e-6, max=1.0),
-        Param("init", str, "toksvig", "filter whose roughness the trained levels start from (normals: box)",
-              choices=FILTERS),
+        Param("init", str, "best", "filter whose roughness training starts from (normals: box); best: per "
+              "level the one rendering best on training directions", choices=STARTS),
         Param("light", float, 3.0, "directional light irradiance (renders are Reinhard tone mapped)",
               min=0.01, max=100.0),
         Param("roughness", float, 0.5, "constant roughness when the material has no roughness map", min=0.0, max=1.0),
@@ -70,7 +69,8 @@ class Mipmap(Stage):
         settings = resolved_settings(params, device.info.software)
         fit = MipFit(device, material, chain, pairs=settings["pairs"], light=params["light"], lr=params["lr"],
                      roughness_lr=params["roughness_lr"],
-                     albedo_lr=params["albedo_lr"] if params["train_albedo"] else 0.0, init=params["init"])
+                     albedo_lr=params["albedo_lr"] if params["train_albedo"] else 0.0, init=params["init"],
+                     seed=ctx.seed)
         config = TrainConfig(steps=settings["steps"], batch=fit.batch, optimizer=Adam(lr=params["lr"]),
                              schedule="cosine", seed=ctx.seed)
         trainer = Trainer(device, None, fit, config)
@@ -101,7 +101,7 @@ class Mipmap(Stage):
             metrics={"levels": levels, **summary},
             manifest={"mipmap": {
                 "source": {"width": width, "height": height, "roughness_map": material.roughness_given},
-                "levels": chain.deepest, "settings": settings,
+                "levels": chain.deepest, "settings": settings, "start": fit.start_choice,
                 "render": {"light": params["light"], "tonemap": "reinhard x/(1+x)", "space": "linear, tangent frame z up",
                            "held_out": "seed 0x4E1D0, hash streams 2/3 (training draws streams 0/1)"},
                 "size_policy": "powers of two on both sides, smaller side >= 8; no padding or cropping"}})
