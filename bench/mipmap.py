@@ -148,7 +148,8 @@ def main() -> None:
 
     dev = open_device(a.device)
     print(f"device: {dev.info.to_dict()}")
-    print(f"params: {params or 'stage defaults'} (preset {resolved_settings({**{'steps': 0, 'pairs': 0, 'eval_pairs': 0}, **params}, dev.info.software)}), "
+    used = resolved_settings({"steps": 0, "pairs": 0, "eval_pairs": 0, **params}, dev.info.software)
+    print(f"params: {params or 'stage defaults'} (used: {used}, other stage params at their defaults), "
           f"seed {a.seed}, extra {a.extra} at {a.size}^2, big {a.big}^2", flush=True)
     samples = sorted(p for p in Path(a.materials).iterdir() if p.is_dir())
     if a.small:
@@ -195,8 +196,8 @@ def main() -> None:
         print(f"check {k}: {'n/a' if v is None else ('PASS' if v else 'FAIL')}")
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"device": dev.info.to_dict(), "args": vars(a), "params": params, "rows": rows, "ablation_rows": ablation,
-                               "pooled_rmse_1_4": pooled, "speed": speed, "checks": checks}, indent=1))
+    out.write_text(json.dumps({"device": dev.info.to_dict(), "args": vars(a), "params": params, "rows": rows,
+                               "ablation_rows": ablation, "pooled_rmse_1_4": pooled, "speed": speed, "checks": checks}, indent=1))
     print(f"wrote {out}")
 
 

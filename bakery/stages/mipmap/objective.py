@@ -151,7 +151,8 @@ class MipFit:
         c = self.chain
         return {"pairs": self.pairs, "levels": c.deepest, "texels0": c.texels0, "pyramid": c.pyramid,
                 "mip_texels": c.mip_texels, "seed": seed & 0xFFFFFFFF, "step": step, "level": level,
-                "fixed_pair": int(pair is not None), "pair_base": pair_base, "stream": stream, "light": self.light, "min_cos": MIN_COS,
+                "fixed_pair": int(pair is not None), "pair_base": pair_base, "stream": stream,
+                "light": self.light, "min_cos": MIN_COS,
                 "grad_scale": 1.0 / self.pairs, "grad_clip": GRAD_CLIP,
                 "wi": _unit(pair[0]) if pair else [0.0, 0.0, 1.0], "wo": _unit(pair[1]) if pair else [0.0, 0.0, 1.0]}
 
@@ -163,11 +164,13 @@ class MipFit:
         """Threads of one train_step: every mip texel of the chain."""
         return self.chain.mip_texels
 
-    def record_prepass(self, encoder, step: int, seed: int, *, stream: int = 0, pair=None, pair_base: int = 0) -> None:
+    def record_prepass(self, encoder, step: int, seed: int, *, stream: int = 0, pair=None,
+                       pair_base: int = 0) -> None:
         """The step's reference: level 0 rendered for each pair, then reduced level by level."""
         c = self.chain
         self._render_reference.dispatch([_threads(self.pairs * c.texels0), 1, 1], vars=self.vars(),
-                                        command_encoder=encoder, u=self.uniforms(step, 0, seed, stream=stream, pair=pair, pair_base=pair_base))
+                                        command_encoder=encoder,
+                                        u=self.uniforms(step, 0, seed, stream=stream, pair=pair, pair_base=pair_base))
         for level in range(1, c.deepest + 1):
             self._reduce.dispatch([_threads(self.pairs * c.count(level)), 1, 1], vars=self.vars(),
                                   command_encoder=encoder,

@@ -102,7 +102,8 @@ class Mipmap(Stage):
             manifest={"mipmap": {
                 "source": {"width": width, "height": height, "roughness_map": material.roughness_given},
                 "levels": chain.deepest, "settings": settings, "start": fit.start_choice,
-                "render": {"light": params["light"], "tonemap": "reinhard x/(1+x)", "space": "linear, tangent frame z up",
+                "render": {"light": params["light"], "tonemap": "reinhard x/(1+x)",
+                           "space": "linear, tangent frame z up",
                            "held_out": "seed 0x4E1D0, hash streams 2/3 (training draws streams 0/1)"},
                 "size_policy": "powers of two on both sides, smaller side >= 8; no padding or cropping"}})
 
