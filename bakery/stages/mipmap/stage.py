@@ -64,6 +64,9 @@ class Mipmap(Stage):
         (inp,) = inputs
         material = load_mip_material(dict(inp.files), roughness=params["roughness"], albedo=params["albedo"])
         width, height = material.size
+        if not material.roughness_given:
+            ctx.log.info("%s: no roughness map; constant roughness %.3g (param roughness)", inp.name,
+                         params["roughness"])
         chain = MipChain.for_size(width, height, params["levels"])
         device = ctx.device
         settings = resolved_settings(params, device.info.software)
