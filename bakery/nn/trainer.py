@@ -39,6 +39,9 @@ class Objective(Protocol):
     def param_groups(self) -> list:
         """Trainable :class:`PlainParameters` besides the network (may be empty)."""
 
+    # Optional: ``record_prepass(encoder, step, seed)`` records dispatches that must run
+    # before each ``train_step`` (e.g. rendering the step's reference), same command buffer.
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -107,6 +110,9 @@ class Trainer:
     def _record_backward(self, encoder) -> None:
         c = self.config
         threads = (c.batch + GROUP - 1) // GROUP * GROUP
+        prepass = getattr(self.objective, "record_prepass", None)
+        if prepass is not None:
+            prepass(encoder, self.step, c.seed)
         self._train.dispatch([threads, 1, 1], vars=self._vars(), command_encoder=encoder,
                              u=self.objective.uniforms(self.step, c.batch, c.seed))
 
