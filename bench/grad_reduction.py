@@ -39,12 +39,15 @@ from tests.reference import batch_texels, mse_gradients, texel_uv  # noqa: E402
 
 R = parameters.CoopVecReduction
 VARIANTS = {
-    "slices-256x132": R(group=256, max_groups=132, mode="slices"),
     "slices-256x264": R(group=256, max_groups=264, mode="slices"),
+    "slices-256x132": R(group=256, max_groups=132, mode="slices"),
     "slices-256x528": R(group=256, max_groups=528, mode="slices"),
-    "slices-128x528": R(group=128, max_groups=528, mode="slices"),
     "atomic-256x264": R(group=256, max_groups=264, mode="atomic"),
-    "atomic-256x1024 (one tile per workgroup)": R(group=256, max_groups=1024, mode="atomic"),
+    "atomic-256x1024 (one tile per group)": R(group=256, max_groups=1024, mode="atomic"),
+    "slices-256x264 element staging": R(staging="elements"),
+    "slices-256x264 scalar activations": R(vector_activations=False),
+    "diag: no sums (wrong grads)": R(skip_sums=True),
+    "diag: no staging, no sums (wrong)": R(staging="none", skip_sums=True),
 }
 WARMUP = 20
 

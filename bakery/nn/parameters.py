@@ -29,18 +29,26 @@ class CoopVecReduction:
     ``group``: threads per training workgroup (samples per tile); ``max_groups``: the
     persistent workgroups a step runs at most; ``mode``: "slices" (each workgroup writes
     its own fp32 slice, the optimizer sums them) or "atomic" (one fp32 atomic add per
-    weight per workgroup); ``stage``: samples staged in groupshared memory at once.
-    bench/grad_reduction.py measures the choices; these defaults are the fastest there.
+    weight per workgroup); ``stage``: samples staged in groupshared memory at once;
+    ``staging``: "coopvec" (whole-vector stores), "elements" (one element at a time) or
+    "none"; ``vector_activations``: activations as CoopVec operations rather than element
+    loops; ``skip_sums``: leave out the per-thread sums. "none" and ``skip_sums`` give
+    wrong gradients: they exist so bench/grad_reduction.py can time what each part costs.
     """
 
     group: int = 256
     max_groups: int = 264
     mode: str = "slices"
     stage: int = 64
+    staging: str = "coopvec"
+    vector_activations: bool = True
+    skip_sums: bool = False
 
     def __post_init__(self):
         if self.mode not in ("slices", "atomic"):
             raise ValueError(f"unknown gradient reduction mode {self.mode!r}")
+        if self.staging not in ("coopvec", "elements", "none"):
+            raise ValueError(f"unknown staging {self.staging!r}")
         if self.group % self.stage:
             raise ValueError("group must be a multiple of stage")
 
@@ -200,7 +208,9 @@ class ParameterStore:
             ("BK_GROUP", red.group), ("BK_MAX_GROUPS", red.max_groups), ("BK_STAGE", red.stage),
             ("BK_GRAD_MODE", 0 if red.mode == "slices" else 1), ("BK_PARAM_COUNT", self.spec.param_count),
             ("BK_ACC_COUNT", self.acc_count), ("BK_MAX_IN", max(l.n_in for l in layers)),
-            ("BK_MAX_OUT", max(l.n_out for l in layers))))
+            ("BK_MAX_OUT", max(l.n_out for l in layers)),
+            ("BK_STAGING", {"elements": 0, "coopvec": 1, "none": 2}[red.staging]),
+            ("BK_VEC_ACT", int(red.vector_activations)), ("BK_SKIP_SUMS", int(red.skip_sums))))
 
     def network_vars(self) -> dict:
         """Bindings the network's forward/backward pass reads and accumulates into."""
