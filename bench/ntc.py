@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bakery.device import open_device  # noqa: E402
+from bakery.nn import parameters  # noqa: E402
 from bakery.formats.images import psnr, set_psnr  # noqa: E402
 from bakery.stages.ntc.objective import LatentTextureFit  # noqa: E402
 from bakery.nn.optimizers import Adam  # noqa: E402
@@ -127,14 +128,18 @@ def main() -> int:
     p.add_argument("--big-steps", type=int, default=20000)
     p.add_argument("--big-batch", type=int, default=1 << 18)
     p.add_argument("--check", type=int, default=1000)
+    p.add_argument("--reduction", help="CoopVec gradient reduction: JSON, or bench/grad_reduction.py's output file")
     p.add_argument("--out", default=str(ROOT / "bench" / "out" / "ntc.json"))
     a = p.parse_args()
+    if a.reduction:
+        print(f"gradient reduction: {parameters.use_reduction(a.reduction)}")
     dev = open_device(a.device)
     print(f"device: {dev.info.adapter} ({dev.info.backend}, cooperative vectors {dev.coopvec})", flush=True)
     print(f"settings: quality bpp {a.bpp} ({a.steps} steps, batch {a.batch}); speed set {a.big or 'skipped'}"
           + (f"^2 at {a.big_bpp} bpp, {a.big_steps} steps, batch {a.big_batch}, cosine lr 5e-3, PSNR every "
              f"{a.check} steps" if a.big else ""), flush=True)
-    result = {"benchmark": "ntc", "device": dev.info.to_dict(), "steps": a.steps, "batch": a.batch}
+    result = {"benchmark": "ntc", "device": dev.info.to_dict(), "steps": a.steps, "batch": a.batch,
+              "reduction": parameters.COOPVEC_REDUCTION.__dict__ if dev.coopvec else None}
     if a.bpp:
         result["quality"] = quality(a, dev)
     if a.big:

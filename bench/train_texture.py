@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bakery.device import open_device  # noqa: E402
+from bakery.nn import parameters  # noqa: E402
 from bakery.formats.images import encode_png, to_uint8  # noqa: E402
 from bakery.nn.encodings import FrequencyEncoding  # noqa: E402
 from bakery.nn.network import NetworkSpec  # noqa: E402
@@ -113,8 +114,11 @@ def main() -> int:
     p.add_argument("--peer-modes", nargs="*", default=list(PEER_MODES), choices=list(PEER_MODES))
     p.add_argument("--no-peer", action="store_true")
     p.add_argument("--small", action="store_true", help="CPU smoke test: 128^2, batch 4096, 20 steps, no peer")
+    p.add_argument("--reduction", help="CoopVec gradient reduction: JSON, or bench/grad_reduction.py's output file")
     p.add_argument("--out", default=str(ROOT / "bench" / "out" / "train_texture.json"))
     a = p.parse_args()
+    if a.reduction:
+        print(f"gradient reduction: {parameters.use_reduction(a.reduction)}")
     if a.small:
         a.size, a.batches, a.steps, a.no_peer = 128, [4096], 20, True
 

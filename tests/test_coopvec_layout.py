@@ -104,8 +104,9 @@ def test_every_weight_has_one_accumulating_thread(group):
     store = ParameterStore(_FakeDevice(), spec, reduction=CoopVecReduction(group=group, stage=64))
     total = 0
     for l in spec.layers:
-        groups = group // l.n_out
-        ci = -(-l.n_in // groups)
+        ci = -(-(-(-l.n_in // (group // l.n_out))) // 8) * 8  # whole groups of 8 inputs
+        groups = -(-l.n_in // ci)
+        assert groups <= group // l.n_out
         seen = np.zeros((l.n_out, l.n_in), int)
         for t in range(groups * l.n_out):
             o, i0 = t % l.n_out, (t // l.n_out) * ci

@@ -49,6 +49,12 @@ def network_source(spec: NetworkSpec, linear_args: list[str]) -> str:
         "    {",
         *[f"        {lin}.store_gradients(group);" for lin in linears],
         "    }",
+        "",
+        "    // Split-K weight gradients (CoopVec BK_GRAD_MODE 2): layer's share of samples.",
+        "    static void reduce_gradients(uint layer, uint begin, uint end)",
+        "    {",
+        *[f"        if (layer == {k}) {lin}.reduce_gradients(begin, end);" for k, lin in enumerate(linears)],
+        "    }",
         "}",
         "",
     ])

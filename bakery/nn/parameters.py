@@ -30,24 +30,23 @@ class CoopVecReduction:
     persistent workgroups a step runs at most; ``mode``: "slices" (each workgroup writes
     its own fp32 slice, the optimizer sums them) or "atomic" (one fp32 atomic add per
     weight per workgroup); ``stage``: samples staged in groupshared memory at once;
-    ``staging``: "coopvec" (whole-vector stores), "elements" (one element at a time) or
-    "none"; ``vector_activations``: activations as CoopVec operations rather than element
-    loops; ``skip_sums``: leave out the per-thread sums. "none" and ``skip_sums`` give
-    wrong gradients: they exist so bench/grad_reduction.py can time what each part costs.
+    ``vector_activations``: activations as CoopVec operations rather than element loops;
+    ``staging`` "none" and ``skip_sums`` leave out the staging and the per-thread sums:
+    the gradients are then wrong; they exist so bench/grad_reduction.py can time the parts.
     """
 
     group: int = 256
     max_groups: int = 264
-    mode: str = "slices"
+    mode: str = "splitk"
     stage: int = 64
-    staging: str = "coopvec"
+    staging: str = "packed"
     vector_activations: bool = True
     skip_sums: bool = False
 
     def __post_init__(self):
-        if self.mode not in ("slices", "atomic"):
+        if self.mode not in ("slices", "atomic", "splitk"):
             raise ValueError(f"unknown gradient reduction mode {self.mode!r}")
-        if self.staging not in ("coopvec", "elements", "none"):
+        if self.staging not in ("packed", "none"):
             raise ValueError(f"unknown staging {self.staging!r}")
         if self.group % self.stage:
             raise ValueError("group must be a multiple of stage")
@@ -55,6 +54,20 @@ class CoopVecReduction:
 
 #: The reduction every ParameterStore uses unless given another (benchmarks vary it).
 COOPVEC_REDUCTION = CoopVecReduction()
+
+
+def use_reduction(spec: str) -> CoopVecReduction:
+    """Sets the process-wide reduction from JSON: a CoopVecReduction's fields, or the
+    output of bench/grad_reduction.py (its "best" entry). For benchmarks."""
+    import json
+    from pathlib import Path
+
+    d = json.loads(Path(spec).read_text() if Path(spec).is_file() else spec)
+    if "benchmark" in d:  # a grad_reduction.py result: its fastest correct variant, if any
+        d = d.get("best") or {}
+    global COOPVEC_REDUCTION
+    COOPVEC_REDUCTION = CoopVecReduction(**d)
+    return COOPVEC_REDUCTION
 #: Dynamic loss scaling (CoopVec): the start, the cap, and the finite steps before doubling.
 LOSS_SCALE_INIT = 1024.0
 LOSS_SCALE_MAX = 65536.0
@@ -63,6 +76,12 @@ LOSS_SCALE_INTERVAL = 200
 
 def _align(n: int, a: int) -> int:
     return (n + a - 1) // a * a
+
+
+def _inputs_per_thread(n_in: int, n_out: int, group: int) -> int:
+    """Weights of one row a training thread owns (BkOwnership in mlp_coopvec.slang):
+    the row's inputs split over group // n_out threads, rounded up to whole groups of 8."""
+    return -(-(-(-n_in // (group // n_out))) // 8) * 8
 
 
 def _usage():
@@ -132,7 +151,7 @@ class ParameterStore:
     def _init_coopvec(self):
         spec, red = self.spec, self.reduction
         weight_pos = np.zeros(spec.param_count, np.uint32)
-        w16 = acc = 0
+        w16 = acc = row = 0
         self.linear_args = []
         for k, l in enumerate(spec.layers):
             if l.n_out > red.group:
@@ -144,9 +163,13 @@ class ParameterStore:
             weight_pos[l.bias_offset:l.bias_offset + l.n_out] = bo + 2 * np.arange(l.n_out)
             w16 = bo + 2 * l.n_out
             dx = int(self.input_gradients or k > 0)
-            self.linear_args.append(f"{wo}, {bo}, {l.weight_offset}, {l.bias_offset}, {acc}, {dx}")
-            acc += -(-l.n_in // (red.group // l.n_out)) + 1  # inputs per thread, and the bias
+            xo, do = row, row + 2 * _align(l.n_in, 8)  # this layer's x and dy in a g_acts row
+            row = do + 2 * _align(l.n_out, 8)
+            self.linear_args.append(f"{wo}, {bo}, {l.weight_offset}, {l.bias_offset}, {acc}, {dx}, {xo}, {do}")
+            acc += _inputs_per_thread(l.n_in, l.n_out, red.group) + 1  # and the bias
         self.acc_count = acc
+        self.row_bytes = row
+        self.acts = make_buffer(self.device, np.zeros(row * red.group, np.uint8))
         self.weight_pos_host = weight_pos
         self.weights16 = make_buffer(self.device, np.zeros(_align(w16, 16), np.uint8))
         half_owner = np.full(self.weights16.size // 2, 0xFFFFFFFF, np.uint32)
@@ -164,7 +187,13 @@ class ParameterStore:
         """Workgroups a training dispatch over ``batch`` samples runs (bk_train_groups)."""
         if not self.coopvec:
             return -(-batch // 64)
-        return min(-(-batch // self.reduction.group), self.reduction.max_groups)
+        tiles = -(-batch // self.reduction.group)
+        return tiles if self.reduction.mode == "splitk" else min(tiles, self.reduction.max_groups)
+
+    def reserve_rows(self, rows: int) -> None:
+        """Split-K mode: room for ``rows`` samples' stored activations."""
+        if self.coopvec and self.reduction.mode == "splitk" and self.acts.size < rows * self.row_bytes:
+            self.acts = make_buffer(self.device, np.zeros(rows * self.row_bytes, np.uint8))
 
     def reset_loss_scale(self, norm: float, scale: float = LOSS_SCALE_INIT) -> None:
         """Starts dynamic loss scaling; ``norm`` is 1 / the objective's grad_scale."""
@@ -206,16 +235,18 @@ class ParameterStore:
         red, layers = self.reduction, self.spec.layers
         return "".join(f"#define {k} {v}\n" for k, v in (
             ("BK_GROUP", red.group), ("BK_MAX_GROUPS", red.max_groups), ("BK_STAGE", red.stage),
-            ("BK_GRAD_MODE", 0 if red.mode == "slices" else 1), ("BK_PARAM_COUNT", self.spec.param_count),
+            ("BK_GRAD_MODE", ("slices", "atomic", "splitk").index(red.mode)),
+            ("BK_PARAM_COUNT", self.spec.param_count), ("BK_ROW_BYTES", self.row_bytes),
             ("BK_ACC_COUNT", self.acc_count), ("BK_MAX_IN", max(l.n_in for l in layers)),
             ("BK_MAX_OUT", max(l.n_out for l in layers)),
-            ("BK_STAGING", {"elements": 0, "coopvec": 1, "none": 2}[red.staging]),
+            ("BK_STAGING", {"packed": 0, "none": 2}[red.staging]),
             ("BK_VEC_ACT", int(red.vector_activations)), ("BK_SKIP_SUMS", int(red.skip_sums))))
 
     def network_vars(self) -> dict:
         """Bindings the network's forward/backward pass reads and accumulates into."""
         if self.coopvec:
-            return {"g_weights16": self.weights16, "g_grad_parts": self.grad_parts, "g_loss_state": self.loss_state}
+            return {"g_weights16": self.weights16, "g_grad_parts": self.grad_parts, "g_loss_state": self.loss_state,
+                    "g_acts": self.acts}
         return {"g_params": self.params, "g_grads": self.grads}
 
     def optimizer_vars(self) -> dict:

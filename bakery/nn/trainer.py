@@ -85,6 +85,9 @@ class Trainer:
             self._adam = device.kernel(adam_source, "adam_step")
             self._scale = device.kernel(adam_source, "loss_scale_update") if self.store.coopvec else None
         self._train = device.kernel(self.source, "train_step")
+        self._reduce = None
+        if self.store is not None and self.store.coopvec and self.store.reduction.mode == "splitk":
+            self._reduce = device.kernel(self.source + '#include "nn/grad_reduce.slang"\n', "bk_reduce_gradients")
         if self.groups:
             self._adam_plain = device.kernel('#include "nn/adam_plain.slang"\n', "adam_plain_step")
         self.step = 0
@@ -116,10 +119,16 @@ class Trainer:
             # Persistent workgroups (see bakery/nn/mlp_coopvec.slang); portable: one tile each.
             self.store.groups = self.store.train_groups(c.batch)
             threads = self.store.groups * (self.store.reduction.group if self.store.coopvec else GROUP)
+            self.store.reserve_rows(threads)
         else:
             threads = (c.batch + GROUP - 1) // GROUP * GROUP
         self._train.dispatch([threads, 1, 1], vars=self._vars(), command_encoder=encoder,
                              u=self.objective.uniforms(self.step, c.batch, c.seed))
+        if self._reduce is not None:
+            red = self.store.reduction
+            groups = max(1, min(red.max_groups, -(-c.batch // red.group)))
+            self._reduce.dispatch([groups * red.group, len(self.spec.layers), 1], vars=self._vars(),
+                                  command_encoder=encoder, batch=c.batch, groups=groups)
 
     def _record_step(self, encoder) -> None:
         self._record_backward(encoder)
