@@ -6,7 +6,8 @@ the resolution whose bytes equal the neural set's, upsampled bilinearly) and the
 mean next to full-resolution BCn (32 bpp).
 Speed (--big N): an N^2 6-texture set made by scripts/make_assets.py; ms/step, and the
 best and the final set PSNR with the training time to each, and to a preview within
-1.5 dB of the final (PSNR checked every --check steps).
+1.5 dB of the final (PSNR checked every --check steps; the first 20 steps, which compile
+the kernels, are trained but not timed).
 Set figures are PSNRs of the mean MSE over the set's textures (bakery.formats.images.
 set_psnr), never means of dB values: a constant map decodes to ~110 dB or inf and would
 swing a dB mean by 10+ dB. (The stage's own manifest still reports ``mean_psnr_db``, a
@@ -93,6 +94,7 @@ def speed(a, dev) -> dict:
     obj = LatentTextureFit(dev, mat.image, point.grid, normal_channel=mat.normal_channel)
     tr = Trainer(dev, point.network, obj, TrainConfig(steps=a.big_steps, batch=a.big_batch, optimizer=Adam(lr=5e-3),
                                                       schedule="cosine", steps_per_submit=50))
+    tr.train(20)  # compiles the pipelines; these steps count in the schedule, not in the times
     curve = []
     train_s = 0.0
     while tr.step < a.big_steps:
@@ -108,7 +110,7 @@ def speed(a, dev) -> dict:
     final = curve[-1]
     best = max(curve, key=lambda p: p["set_psnr"])
     preview = next(p for p in curve if p["set_psnr"] >= final["set_psnr"] - 1.5)
-    ms = train_s / a.big_steps * 1e3
+    ms = train_s / (a.big_steps - 20) * 1e3
     return {"size": a.big, "bpp": point.bpp, "steps": a.big_steps, "batch": a.big_batch, "ms_per_step": round(ms, 4),
             "final_set_psnr": final["set_psnr"], "time_to_final_s": final["train_s"],
             "best_set_psnr": best["set_psnr"], "best_step": best["step"], "time_to_best_s": best["train_s"],
