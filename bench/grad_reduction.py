@@ -40,10 +40,8 @@ from tests.reference import batch_texels, mse_gradients, texel_uv  # noqa: E402
 R = parameters.CoopVecReduction
 VARIANTS = {
     "splitk-256x264": R(group=256, max_groups=264, mode="splitk"),
-    "splitk-256x528": R(group=256, max_groups=528, mode="splitk"),
     "atomic-256x264": R(group=256, max_groups=264, mode="atomic"),
     "atomic-128x528 stage 128": R(group=128, max_groups=528, mode="atomic", stage=128),
-    "slices-256x132": R(group=256, max_groups=132, mode="slices"),
     "diag: atomic, no sums (wrong grads)": R(mode="atomic", skip_sums=True),
 }
 WARMUP = 20
