@@ -86,7 +86,9 @@ def test_upload_places_fp16_weights_by_the_layout(store):
     assert (store.download() == params).all()
 
 
-def test_gradient_slices_sum_and_unscale(store):
+def test_gradient_slices_sum_and_unscale():
+    spec = NetworkSpec(FrequencyEncoding(2, 3), (24, 40), 3)
+    store = ParameterStore(_FakeDevice(), spec, reduction=CoopVecReduction(mode="slices"))
     n = store.spec.param_count
     rng = np.random.default_rng(0)
     store.groups = 7
