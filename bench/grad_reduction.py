@@ -40,6 +40,9 @@ from tests.reference import batch_texels, mse_gradients, texel_uv  # noqa: E402
 R = parameters.CoopVecReduction
 VARIANTS = {
     "splitk-256x264": R(group=256, max_groups=264, mode="splitk"),
+    "splitk-256x264 unroll 4": R(group=256, max_groups=264, mode="splitk", unroll=4),
+    "splitk-256x264 unroll 8": R(group=256, max_groups=264, mode="splitk", unroll=8),
+    "splitk-256x132 unroll 8": R(group=256, max_groups=132, mode="splitk", unroll=8),
     "atomic-256x264": R(group=256, max_groups=264, mode="atomic"),
     "atomic-128x528 stage 128": R(group=128, max_groups=528, mode="atomic", stage=128),
     "diag: atomic, no sums (wrong grads)": R(mode="atomic", skip_sums=True),

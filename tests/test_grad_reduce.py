@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bakery.nn import parameters
 from bakery.nn.codegen import network_source
 from bakery.nn.encodings import FrequencyEncoding
 from bakery.nn.network import NetworkSpec
@@ -17,10 +16,11 @@ from bakery.nn.parameters import CoopVecReduction, ParameterStore, make_buffer
 from tests.test_coopvec_layout import _FakeDevice
 
 
-@pytest.mark.parametrize("group,groups", [(256, 3), (128, 5)])
-def test_split_k_reduction_matches_numpy(device, group, groups):
+@pytest.mark.parametrize("group,groups,unroll", [(256, 3, 1), (128, 5, 4), (256, 7, 8)])
+def test_split_k_reduction_matches_numpy(device, group, groups, unroll):
     spec = NetworkSpec(FrequencyEncoding(2, 3), (24, 40), 3)  # odd widths: padded rows and chunks
-    store = ParameterStore(_FakeDevice(), spec, reduction=CoopVecReduction(group=group, mode="splitk"))
+    store = ParameterStore(_FakeDevice(), spec,
+                           reduction=CoopVecReduction(group=group, mode="splitk", unroll=unroll))
     batch = 1000
     rng = np.random.default_rng(7)
     rows = np.zeros((batch, store.row_bytes // 2), np.float16)
@@ -34,7 +34,7 @@ def test_split_k_reduction_matches_numpy(device, group, groups):
         dys.append(dy.astype(np.float64))
     source = (store.defines() + "#define BAKERY_COOPVEC 1\n" + '#include "nn/mlp.slang"\n'
               + network_source(spec, store.linear_args) + '#include "nn/grad_reduce.slang"\n')
-    module = device.spy.load_module_from_source(f"grad_reduce_test_{group}", source)
+    module = device.spy.load_module_from_source(f"grad_reduce_test_{group}_{unroll}", source)
     kernel = device.spy.create_compute_kernel(
         device.spy.link_program([module], [module.entry_point("bk_reduce_gradients")]))
     grads = make_buffer(device, np.zeros(spec.param_count, np.float32))

@@ -42,6 +42,7 @@ class CoopVecReduction:
     staging: str = "packed"
     vector_activations: bool = True
     skip_sums: bool = False
+    unroll: int = 1  # split-K: samples whose loads the reduction issues together
 
     def __post_init__(self):
         if self.mode not in ("slices", "atomic", "splitk"):
@@ -240,7 +241,8 @@ class ParameterStore:
             ("BK_ACC_COUNT", self.acc_count), ("BK_MAX_IN", max(l.n_in for l in layers)),
             ("BK_MAX_OUT", max(l.n_out for l in layers)),
             ("BK_STAGING", {"packed": 0, "none": 2}[red.staging]),
-            ("BK_VEC_ACT", int(red.vector_activations)), ("BK_SKIP_SUMS", int(red.skip_sums))))
+            ("BK_VEC_ACT", int(red.vector_activations)), ("BK_SKIP_SUMS", int(red.skip_sums)),
+            ("BK_REDUCE_UNROLL", red.unroll)))
 
     def network_vars(self) -> dict:
         """Bindings the network's forward/backward pass reads and accumulates into."""
