@@ -100,14 +100,18 @@ def test_gradient_slices_sum_and_unscale():
 
 
 @pytest.mark.parametrize("group", [64, 128, 256])
-def test_every_weight_has_one_accumulating_thread(group):
+@pytest.mark.parametrize("staging,mode", [("coopvec", "slices"), ("packed", "atomic"), ("coopvec", "splitk")])
+def test_every_weight_has_one_accumulating_thread(group, staging, mode):
     """The ownership rule of bk_accumulate_layer/bk_store_layer covers each weight once."""
     spec = NetworkSpec(FrequencyEncoding(2, 3), (24, 40), 3)
-    store = ParameterStore(_FakeDevice(), spec, reduction=CoopVecReduction(group=group, stage=64))
+    red = CoopVecReduction(group=group, stage=64, staging=staging, mode=mode)
+    store = ParameterStore(_FakeDevice(), spec, reduction=red)
     total = 0
     for l in spec.layers:
-        ci = -(-(-(-l.n_in // (group // l.n_out))) // 8) * 8  # whole groups of 8 inputs
-        groups = -(-l.n_in // ci)
+        ci = -(-l.n_in // (group // l.n_out))
+        if red.chunked:  # whole groups of 8 inputs
+            ci = -(-ci // 8) * 8
+        groups = -(-l.n_in // ci) if red.chunked else group // l.n_out
         assert groups <= group // l.n_out
         seen = np.zeros((l.n_out, l.n_in), int)
         for t in range(groups * l.n_out):

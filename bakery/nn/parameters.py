@@ -22,6 +22,10 @@ from bakery.nn.network import NetworkSpec
 FIXED_POINT_SCALE = float(2 ** 40)
 
 
+#: BK_STAGING values (bakery/nn/mlp_coopvec.slang).
+STAGINGS = {"elements": 0, "coopvec": 1, "none": 2, "packed": 3}
+
+
 @dataclass(frozen=True)
 class CoopVecReduction:
     """How the CoopVec backend reduces weight gradients (bakery/nn/mlp_coopvec.slang).
@@ -30,24 +34,32 @@ class CoopVecReduction:
     persistent workgroups a step runs at most; ``mode``: "slices" (each workgroup writes
     its own fp32 slice, the optimizer sums them) or "atomic" (one fp32 atomic add per
     weight per workgroup); ``stage``: samples staged in groupshared memory at once;
-    ``vector_activations``: activations as CoopVec operations rather than element loops;
-    ``staging`` "none" and ``skip_sums`` leave out the staging and the per-thread sums:
-    the gradients are then wrong; they exist so bench/grad_reduction.py can time the parts.
+    ``staging``: how a layer's samples reach groupshared memory ("coopvec": whole-vector
+    stores into fp16 rows; "elements": one element at a time; "packed": pairs packed in
+    words, read 16 bytes at a time); ``vector_activations``: activations as CoopVec
+    operations rather than element loops; ``unroll``: split-K samples whose loads are
+    issued together. ``staging`` "none" and ``skip_sums`` leave out the staging and the
+    per-thread sums (wrong gradients): bench/grad_reduction.py times the parts with them.
     """
 
     group: int = 256
     max_groups: int = 264
-    mode: str = "splitk"
+    mode: str = "slices"
     stage: int = 64
-    staging: str = "packed"
+    staging: str = "coopvec"
     vector_activations: bool = True
     skip_sums: bool = False
     unroll: int = 1  # split-K: samples whose loads the reduction issues together
 
+    @property
+    def chunked(self) -> bool:
+        """Threads own whole groups of 8 inputs (BK_CHUNKED in mlp_coopvec.slang)."""
+        return self.staging == "packed" or self.mode == "splitk"
+
     def __post_init__(self):
         if self.mode not in ("slices", "atomic", "splitk"):
             raise ValueError(f"unknown gradient reduction mode {self.mode!r}")
-        if self.staging not in ("packed", "none"):
+        if self.staging not in STAGINGS:
             raise ValueError(f"unknown staging {self.staging!r}")
         if self.group % self.stage:
             raise ValueError("group must be a multiple of stage")
@@ -79,10 +91,12 @@ def _align(n: int, a: int) -> int:
     return (n + a - 1) // a * a
 
 
-def _inputs_per_thread(n_in: int, n_out: int, group: int) -> int:
+def _inputs_per_thread(n_in: int, n_out: int, group: int, chunked: bool) -> int:
     """Weights of one row a training thread owns (BkOwnership in mlp_coopvec.slang):
-    the row's inputs split over group // n_out threads, rounded up to whole groups of 8."""
-    return -(-(-(-n_in // (group // n_out))) // 8) * 8
+    the row's inputs split over group // n_out threads, rounded up to whole groups of 8
+    where the staging or the split-K reduction reads them 8 at a time."""
+    ci = -(-n_in // (group // n_out))
+    return -(-ci // 8) * 8 if chunked else ci
 
 
 def _usage():
@@ -167,7 +181,7 @@ class ParameterStore:
             xo, do = row, row + 2 * _align(l.n_in, 8)  # this layer's x and dy in a g_acts row
             row = do + 2 * _align(l.n_out, 8)
             self.linear_args.append(f"{wo}, {bo}, {l.weight_offset}, {l.bias_offset}, {acc}, {dx}, {xo}, {do}")
-            acc += _inputs_per_thread(l.n_in, l.n_out, red.group) + 1  # and the bias
+            acc += _inputs_per_thread(l.n_in, l.n_out, red.group, red.chunked) + 1  # and the bias
         self.acc_count = acc
         self.row_bytes = row
         self.acts = make_buffer(self.device, np.zeros(row * red.group, np.uint8))
@@ -240,7 +254,7 @@ class ParameterStore:
             ("BK_PARAM_COUNT", self.spec.param_count), ("BK_ROW_BYTES", self.row_bytes),
             ("BK_ACC_COUNT", self.acc_count), ("BK_MAX_IN", max(l.n_in for l in layers)),
             ("BK_MAX_OUT", max(l.n_out for l in layers)),
-            ("BK_STAGING", {"packed": 0, "none": 2}[red.staging]),
+            ("BK_STAGING", STAGINGS[red.staging]),
             ("BK_VEC_ACT", int(red.vector_activations)), ("BK_SKIP_SUMS", int(red.skip_sums)),
             ("BK_REDUCE_UNROLL", red.unroll)))
 
