@@ -104,6 +104,17 @@ def psnr(a: np.ndarray, b: np.ndarray, peak: float = 1.0) -> float:
     return float("inf") if mse == 0 else 10.0 * np.log10(peak * peak / mse)
 
 
+def set_psnr(values) -> float:
+    """PSNR of a texture set from the mean of its textures' MSEs (each PSNR turned back
+    into an MSE; a lossless texture counts as MSE 0). Unlike a mean of dB values it does
+    not swing with a constant map that decodes to ~110 dB one step and inf the next."""
+    values = [float(v) for v in values]
+    if not values:
+        raise ValueError("set_psnr of no textures")
+    mse = float(np.mean([0.0 if np.isinf(v) else 10.0 ** (-v / 10.0) for v in values]))
+    return float("inf") if mse == 0 else -10.0 * np.log10(mse)
+
+
 def mean_psnr(values) -> float:
     """Mean of the finite PSNRs (a lossless texture's inf would swamp the mean); inf if all are."""
     finite = [float(v) for v in values if np.isfinite(v)]
