@@ -54,7 +54,7 @@ def nvidia_smi_uuids() -> dict[int, str]:
 def assigned_gpu_uuid(visible: str | None = None,
                       uuids: Callable[[], dict[int, str]] = nvidia_smi_uuids) -> str | None:
     """The UUID of the first GPU in ``CUDA_VISIBLE_DEVICES`` (``visible``), or None when
-    the variable is unset or empty (no GPU assigned: use the default adapter).
+    no GPU is assigned or the host has no NVIDIA driver (use the default adapter).
 
     Entries are UUIDs or indices; an index is looked up in NVML order, which equals
     CUDA's on hosts of identical GPUs (set ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` on mixed ones).
@@ -67,6 +67,8 @@ def assigned_gpu_uuid(visible: str | None = None,
     if not first.isdigit():
         return first
     table = uuids()
+    if not table:
+        return None  # no NVIDIA driver here: the GPUs Ray counted are logical ones
     if int(first) not in table:
         raise LookupError(f"CUDA_VISIBLE_DEVICES names GPU {first} but nvidia-smi lists "
                           f"{sorted(table) or 'no GPU'}")

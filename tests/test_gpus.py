@@ -57,6 +57,7 @@ def test_assigned_gpu_from_cuda_visible_devices():
         assert assigned_gpu_uuid(none if none is not None else "", table) is None
     with pytest.raises(LookupError, match="GPU 7"):
         assigned_gpu_uuid("7", table)
+    assert assigned_gpu_uuid("0", lambda: {}) is None  # logical GPUs on a host without a driver
 
 
 def test_parse_nvidia_smi():

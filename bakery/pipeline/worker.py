@@ -39,8 +39,8 @@ class DevicePool:
             if dev is None:
                 from bakery.device import open_device
 
-                dev = self.opened[spec.device] = open_device(spec.device, cache_dir=self.cache_dir,
-                                                              gpu_uuid=self.gpu_uuid)
+                pin = {"gpu_uuid": self.gpu_uuid} if self.gpu_uuid else {}
+                dev = self.opened[spec.device] = open_device(spec.device, cache_dir=self.cache_dir, **pin)
             if spec.device_class and dev.device_class != spec.device_class:
                 # The key was computed for another device: building would cache a lie.
                 raise DeviceError(f"opened {dev.device_class!r} but the bake was planned for "
