@@ -3,6 +3,7 @@ and the cache's one sealing step under several writers. The Ray runner's own tes
 in test_pipeline_ray.py."""
 
 import json
+import logging
 import sys
 import threading
 
@@ -125,3 +126,56 @@ def test_jobs_must_be_positive(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     make_project(tmp_path)
     assert "--jobs must be at least 1" in bake("--jobs", "0", code=2).output
+
+
+class FakeBackend:
+    """Runs nothing: records what the dispatcher submits and ends jobs when told to."""
+
+    def __init__(self, slots):
+        self.slots, self.running, self.submitted, self.closed = slots, [], [], None
+
+    def can_take(self, spec):
+        return len(self.running) < self.slots
+
+    def submit(self, job):
+        self.running.append(job)
+        self.submitted.append((job.spec.id, [j.spec.id for j in self.running]))
+
+    def wait(self):
+        from bakery.pipeline.worker import Attempt
+
+        job = self.running.pop(0)
+        return [(job, Attempt(job.spec.id, "failed", error=f"{job.spec.id}: no worker here"))]
+
+    def close(self, *, cancel):
+        self.closed = cancel
+
+
+def _specs(tmp_path, monkeypatch):
+    from bakery.pipeline.config import load_pipeline
+    from bakery.pipeline.planner import plan
+
+    monkeypatch.chdir(tmp_path)
+    return plan(load_pipeline(make_project(tmp_path)))
+
+
+def test_dispatch_runs_independent_tasks_at_once_and_follows_the_dag(tmp_path, monkeypatch):
+    from bakery.pipeline.dispatch import DagRunner
+
+    specs = _specs(tmp_path, monkeypatch)
+    backend = FakeBackend(slots=3)
+    events = list(DagRunner(Cache(tmp_path / "cache"), backend, logging.getLogger("t")).run(specs))
+    # the three blur tasks are in flight together; the summaries wait for them and are skipped
+    assert backend.submitted[2] == ("blur/photos/c", ["blur/photos/a", "blur/photos/b", "blur/photos/c"])
+    assert [e.kind for e in events if e.task.startswith("summary")] == ["skipped"] * 3
+    assert backend.closed is False
+
+
+def test_dispatch_cancels_the_backend_when_the_bake_is_interrupted(tmp_path, monkeypatch):
+    from bakery.pipeline.dispatch import DagRunner
+
+    backend = FakeBackend(slots=2)
+    events = DagRunner(Cache(tmp_path / "cache"), backend, logging.getLogger("t")).run(_specs(tmp_path, monkeypatch))
+    assert next(events).kind == "started"
+    events.close()  # what the executor does on Ctrl-C
+    assert backend.closed is True

@@ -185,7 +185,8 @@ class Executor:
             from bakery.pipeline.ray_runner import RayBackend
 
             backend = RayBackend(address=o.address, cache_root=self.cache.root, shared_cache=o.shared_cache,
-                                 max_retries=o.max_retries, actors_per_gpu=o.jobs, device_cache=self.devices.cache_dir)
+                                 max_retries=o.max_retries, actors_per_gpu=o.jobs, device_workers=o.jobs,
+                                 device_cache=self.devices.cache_dir)
             return DagRunner(self.cache, backend, self.log, log_dir, ship_files=not o.shared_cache)
         if o.jobs > 1:
             from bakery.pipeline.dispatch import DagRunner
