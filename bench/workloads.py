@@ -173,4 +173,25 @@ def machine() -> dict:
     if exe:
         q = subprocess.run([exe, "--query-gpu=name,uuid", "--format=csv,noheader"], capture_output=True, text=True)
         gpus = [line.strip() for line in q.stdout.splitlines() if line.strip()]
-    return {"python": platform.python_version(), "cpus": os.cpu_count(), "gpus": gpus, "host": platform.node()}
+    return {"python": platform.python_version(), "cpus": os.cpu_count(), "gpus": gpus, "host": platform.node(),
+            "vulkan_adapter_of_each_gpu": adapter_matches()}
+
+
+def adapter_matches() -> dict[str, str]:
+    """For each NVIDIA GPU, the Vulkan adapter its UUID picks (the Ray workers' pinning)."""
+    from bakery.gpus import nvidia_smi_uuids, pick_adapter
+
+    found = {}
+    try:
+        import slangpy as spy
+
+        adapters = spy.Device.enumerate_adapters(spy.DeviceType.vulkan)
+    except Exception as e:  # noqa: BLE001 - no loader: say so in the JSON
+        return {"error": f"{type(e).__name__}: {e}"}
+    for index, uuid in nvidia_smi_uuids().items():
+        try:
+            a = pick_adapter(adapters, software=False, gpu_uuid=uuid)
+            found[f"{index} {uuid}"] = f"{a.name} luid={bytes(a.luid).hex()}"
+        except LookupError as e:
+            found[f"{index} {uuid}"] = f"NO MATCH: {e}"
+    return found

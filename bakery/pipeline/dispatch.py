@@ -128,13 +128,17 @@ class DagRunner:
                         continue
                     waiting.remove(spec)
                     moved = True
+                    if event is None:
+                        try:
+                            payload = pack(spec, self.cache, ship_files=self.ship_files, replace=forced(spec))
+                        except OSError as e:
+                            event = Event("failed", spec.id, reason=reason, error=f"{spec.id}: cannot read input: {e}")
                     if event is not None:
                         state[spec.id] = event.kind
                         yield event
                         continue
                     yield Event("started", spec.id, reason=reason)
-                    self.backend.submit(Job(spec, forced(spec), pack(spec, self.cache, ship_files=self.ship_files,
-                                                                     replace=forced(spec)), reason=reason))
+                    self.backend.submit(Job(spec, forced(spec), payload, reason=reason))
                     running += 1
                 if not running:
                     if not moved:
