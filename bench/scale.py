@@ -124,7 +124,6 @@ def main() -> int:
     W.resample_assets(folder, textures=args.tasks // 2, materials=args.tasks - args.tasks // 2, sizes=sizes, seed=18)
     W.link_compile_cache(folder, args.work)
     pipeline = W.write_pipeline(folder, small=args.small, device=args.device)
-    sys.path.insert(0, str(W.REPO))
 
     warm = bake_on(1, pipeline, args.work, args, only=["textures/t000", "materials/m000"])
     print(f"warm-up (compiles, untimed): {warm['wall_s']} s", flush=True)

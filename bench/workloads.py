@@ -21,6 +21,8 @@ import numpy as np
 from PIL import Image
 
 REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))  # this checkout's bakery, in this process as in the bakes it starts
 
 #: Stage params small enough for a 2-core CPU (lavapipe); the GPU runs use pipeline.toml's.
 TINY_PARAMS = {"neural_texture": {"steps": 20, "batch": 512, "width": 8, "layers": 1, "octaves": 2},

@@ -44,12 +44,12 @@ inputs = ["stage:blur"]
 [stages.texture]
 type = "neural_texture"
 inputs = ["photos"]
-params = { steps = 20, batch = 256, width = 8, layers = 1, octaves = 2 }
+params = { steps = 20, batch = 256, width = 16, layers = 1 }
 
 [stages.compress]
 type = "ntc"
 inputs = ["materials"]
-params = { bpp = 8.0, steps = 10, batch = 256, hidden = 8, baseline = false }
+params = { bpp = 18.0, steps = 10, batch = 256, hidden = 16, layers = 1, baseline = false }
 """
 
 CRASH_TOML = """\
@@ -116,10 +116,11 @@ def tiny(tmp_path_factory):
     for i, name in enumerate("ab"):
         write_image(root / "src" / f"{name}.png", seed=i, size=32)
     for k, role in enumerate(["albedo", "normal", "roughness", "metalness", "ao", "height"]):
-        write_image(root / "mats" / "m1" / f"{role}.png", seed=10 + k, size=32)
+        write_image(root / "mats" / "m1" / f"{role}.png", seed=10 + k, size=64)
     (root / "pipeline.toml").write_text(TINY_TOML)
-    # Share the user's Slang compile cache (which the Ray workers use when files are shipped)
-    # so each kernel compiles once per machine, not once per test folder.
+    # Share the user's Slang compile cache (which the Ray workers use when files are shipped,
+    # and test_ntc/test_cli fill with the same network shapes) so each kernel compiles once
+    # per machine, not once per test folder.
     (root / "cache").mkdir()
     default_cache_dir().mkdir(parents=True, exist_ok=True)
     (root / "cache" / "device").symlink_to(default_cache_dir(), target_is_directory=True)
