@@ -82,7 +82,8 @@ def is_software_adapter(name: str) -> bool:
 
 def pick_adapter(adapters: Sequence, *, software: bool, gpu_uuid: str | None = None):
     """The adapter to open: the first hardware (or software) one, or with ``gpu_uuid``
-    the hardware adapter whose UUID it is. Raises LookupError naming what was there."""
+    the hardware adapter whose UUID it is (the only one, on a one-GPU host). Raises
+    LookupError naming what was there."""
     candidates = [a for a in adapters if is_software_adapter(a.name) == software]
     if not candidates:
         raise LookupError(f"no {'software' if software else 'hardware'} adapter "
@@ -93,5 +94,7 @@ def pick_adapter(adapters: Sequence, *, software: bool, gpu_uuid: str | None = N
     for a in candidates:
         if bytes(a.luid)[:16] == want:
             return a
+    if len(candidates) == 1:
+        return candidates[0]  # one GPU: nothing to choose (e.g. a driver reporting a LUID instead)
     raise LookupError(f"no adapter has the UUID of the assigned GPU {gpu_uuid} "
                       f"(found: {', '.join(f'{a.name} {bytes(a.luid).hex()}' for a in candidates)})")

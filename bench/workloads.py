@@ -181,7 +181,7 @@ def machine() -> dict:
 
 def adapter_matches() -> dict[str, str]:
     """For each NVIDIA GPU, the Vulkan adapter its UUID picks (the Ray workers' pinning)."""
-    from bakery.gpus import nvidia_smi_uuids, pick_adapter
+    from bakery.gpus import nvidia_smi_uuids, pick_adapter, uuid_bytes
 
     found = {}
     try:
@@ -193,7 +193,8 @@ def adapter_matches() -> dict[str, str]:
     for index, uuid in nvidia_smi_uuids().items():
         try:
             a = pick_adapter(adapters, software=False, gpu_uuid=uuid)
-            found[f"{index} {uuid}"] = f"{a.name} luid={bytes(a.luid).hex()}"
+            how = "UUID match" if bytes(a.luid)[:16] == uuid_bytes(uuid) else "ONLY GPU, UUID NOT MATCHED"
+            found[f"{index} {uuid}"] = f"{a.name} luid={bytes(a.luid).hex()} ({how})"
         except LookupError as e:
             found[f"{index} {uuid}"] = f"NO MATCH: {e}"
     return found

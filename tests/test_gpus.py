@@ -44,6 +44,7 @@ def test_unpinned_and_software_picks():
 def test_no_adapter_for_the_assigned_gpu_says_what_was_found():
     with pytest.raises(LookupError, match="no adapter has the UUID.*NVIDIA H200"):
         pick_adapter(HOST[:2], software=False, gpu_uuid=UUIDS[1])
+    assert pick_adapter(HOST[:1], software=False, gpu_uuid=UUIDS[1]) is HOST[0]  # one GPU: no choice to make
     with pytest.raises(LookupError, match="no hardware adapter.*llvmpipe"):
         pick_adapter(HOST[3:], software=False)
 

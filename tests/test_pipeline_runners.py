@@ -111,6 +111,7 @@ def test_runner_ray_without_ray_says_how_to_install(tmp_path, monkeypatch):
     assert r.output.strip().splitlines() == ["error: --runner: --runner ray needs Ray: pip install 'bakery[ray]' "
                                              "(or pip install 'ray>=2.9')"]
     assert not (tmp_path / "out" / "blur").exists()
+    bake("--runner", "ray", "--dry-run", code=3)  # planning needs no cluster
 
 
 @pytest.mark.parametrize("value,message", [('"slurm"', "unknown runner 'slurm' (allowed: local, ray)"),
