@@ -58,18 +58,28 @@ class PoolBackend:
 
     def submit(self, job: Job) -> None:
         self._tries[job.spec.id] = self._tries.get(job.spec.id, 0) + 1
-        self._running[self._executor().submit(_run, job.payload)] = job
+        try:
+            fut = self._executor().submit(_run, job.payload)
+        except cf.process.BrokenProcessPool:  # a worker died since the last wait
+            self._restart()
+            fut = self._executor().submit(_run, job.payload)
+        self._running[fut] = job
 
     def wait(self) -> list[tuple[Job, Attempt | BaseException]]:
         done, _ = cf.wait(list(self._running), return_when=cf.FIRST_COMPLETED)
         ended, lost = [], []
         for fut in done:
             job = self._running.pop(fut)
-            err = fut.exception()
-            if isinstance(err, cf.process.BrokenProcessPool) and self._tries[job.spec.id] <= self.max_retries:
-                lost.append(job)
-            else:
-                ended.append((job, err if err is not None else fut.result()))
+            try:
+                result: Attempt | BaseException = fut.result()
+            except (cf.process.BrokenProcessPool, cf.CancelledError) as e:  # its pool broke
+                if self._tries[job.spec.id] <= self.max_retries:
+                    lost.append(job)
+                    continue
+                result = e
+            except Exception as e:  # noqa: BLE001 - reported as the task's failure
+                result = e
+            ended.append((job, result))
         if lost:
             self._restart()
             for job in lost:
