@@ -101,6 +101,7 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=W.REPO / "bench" / "out" / "scale-work")
     ap.add_argument("--out", type=Path, default=W.REPO / "bench" / "out" / "scale.json")
     args = ap.parse_args()
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # the local cluster listens on loopback
     try:
         import ray  # noqa: F401
     except ImportError:

@@ -88,6 +88,7 @@ def bake_env(work: Path) -> dict[str, str]:
     env["XDG_CACHE_HOME"] = str(work / "xdg")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     env.setdefault("RAY_AUTH_MODE", "disabled")
+    env.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # a bake's own Ray cluster listens on loopback
     return env
 
 

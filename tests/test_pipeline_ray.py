@@ -14,6 +14,7 @@ from bakery.device import default_cache_dir
 from bakery.formats.cli import verify_cmd
 from bakery.pipeline.cli import bake_cmd
 
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # before Ray's import: listen on loopback only
 ray = pytest.importorskip("ray")
 
 TESTS = Path(__file__).resolve().parent

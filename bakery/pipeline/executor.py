@@ -87,7 +87,7 @@ class Executor:
         if self.runner_kind == "ray" and not opts.dry_run:
             from bakery.pipeline.ray_runner import require_ray
 
-            require_ray()
+            require_ray(private=opts.address is None)
         self.runner = None
 
     def forced(self, spec: TaskSpec) -> bool:

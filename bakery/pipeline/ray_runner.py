@@ -22,6 +22,7 @@ Interrupting the bake cancels the cluster's tasks and kills its actors.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,18 @@ from bakery.pipeline.worker import Attempt, DevicePool
 INSTALL_HINT = "--runner ray needs Ray: pip install 'bakery[ray]' (or pip install 'ray>=2.9')"
 
 
-def require_ray():
-    """The ray module, or a one-line usage error saying how to install it."""
+def private_cluster_env() -> None:
+    """Settings for a cluster this bake starts for itself: it listens on loopback only
+    (Ray reads this when imported) and needs no token."""
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+
+def require_ray(*, private: bool = False):
+    """The ray module, or a one-line usage error saying how to install it. ``private``:
+    the bake will start its own local cluster (see :func:`private_cluster_env`)."""
+    if private and "ray" not in sys.modules:
+        private_cluster_env()
     try:
         import ray
     except ImportError:
@@ -96,10 +107,10 @@ class RayBackend:
     def _start(self):
         if self._ray is not None:
             return self._ray
-        ray = require_ray()
+        ray = require_ray(private=self.address is None)
         if not ray.is_initialized():
             if self.address is None:
-                os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private local cluster
+                private_cluster_env()
             ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
                      logging_level="WARNING")
             self._started_ray = True
