@@ -121,7 +121,7 @@ def main() -> int:
     folder = args.work / "pipeline"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    sizes = [32, 48, 64] if args.small else [256, 512, 1024]
+    sizes = [32, 48, 64] if args.small else [128, 256, 512]
     W.resample_assets(folder, textures=args.tasks // 2, materials=args.tasks - args.tasks // 2, sizes=sizes, seed=18)
     W.link_compile_cache(folder, args.work)
     pipeline = W.write_pipeline(folder, small=args.small, device=args.device)
