@@ -144,6 +144,25 @@ def fit_jobs(device, target: np.ndarray, target_stats: np.ndarray, structures: S
     return objective.results(trainer, target_stats, target)
 
 
+def screen_jobs(device, target: np.ndarray, structures: Sequence[Node], jobs: Sequence[tuple[int, np.ndarray]],
+                config: FitConfig) -> np.ndarray:
+    """How each job's starting point matches the target, without training: the correlation
+    of render and target luminance. Its magnitude judges where edges and phases lie
+    whatever a ramp's colours; its sign says whether the colours run the wrong way.
+    Uses the fitting module, so it costs no compile."""
+    objective = BatchObjective(device, target, np.zeros(texture_stats.STATS), structures, jobs, config)
+    trainer = Trainer(device, None, objective, TrainConfig(steps=0, batch=objective.threads()))
+    n = objective.width * objective.height
+    trainer.run_kernel("render", len(jobs) * n, objective.uniforms(0))
+    renders = objective._render.to_numpy().view(np.float32)[: len(jobs) * n * 3].reshape(len(jobs), n, 3)
+    luma = renders.mean(axis=2).astype(np.float64)
+    t = target[:, :, :3].mean(axis=2).reshape(-1).astype(np.float64)
+    t = t - t.mean()
+    luma = luma - luma.mean(axis=1, keepdims=True)
+    denom = np.sqrt((luma ** 2).sum(axis=1) * (t ** 2).sum()) + 1e-12
+    return np.nan_to_num(luma @ t / denom, nan=0.0)
+
+
 def render_program(device, program: Node, width: int, height: int) -> np.ndarray:
     """Renders a fitted program at any size through the fitting kernels (one job)."""
     from bakery.stages.procedural.dsl import flatten

@@ -18,8 +18,8 @@ from typing import Sequence
 import numpy as np
 
 from bakery.errors import UsageError
-from bakery.stages.procedural.dsl import (COLOUR, FIELD, OPS, Node, ProgramError, from_json, node_type,
-                                          program_document)
+from bakery.stages.procedural.dsl import (COLOUR, FIELD, OPS, Node, ProgramError, complexity, from_json, instructions,
+                                          node_type, program_document)
 
 #: Field primitives (leaves), in the order generation 0 tries them.
 LEAVES = ("linear_gradient", "radial_gradient", "stripes_sine", "stripes_saw", "checker", "bricks",
@@ -91,15 +91,27 @@ class BuiltinProposer:
     def initial(self) -> list[Node]:
         return [ramp(leaf(op)) for op in LEAVES]
 
-    def propose(self, beam: Sequence[Node], rng: np.random.Generator, limit: int) -> list[Node]:
-        """Children of the beam's programs, best parent first, shuffled within a parent."""
-        out = []
-        per_parent = max(1, limit // max(1, len(beam)))
+    def propose(self, beam: Sequence[Node], rng: np.random.Generator, limit: int, seen=frozenset()) -> list[Node]:
+        """Unseen children of the beam's programs, an equal share per parent (best parent
+        first); within a parent the simplest first (node count, then instruction
+        estimate: the score's own prior), ties in seeded random order."""
+        out, taken = [], set(seen)
+        per_parent = max(1, -(-limit // max(1, len(beam))))
         for parent in beam:
             kids = mutations(parent, rng)
-            order = rng.permutation(len(kids))
-            out += [kids[i] for i in order[: per_parent * 3]]
-        return out
+            tie = rng.permutation(len(kids))
+            order = sorted(range(len(kids)), key=lambda i: (complexity(kids[i]), instructions(kids[i]), tie[i]))
+            share = 0
+            for i in order:
+                k = kids[i].key()
+                if k in taken:
+                    continue
+                taken.add(k)
+                out.append(kids[i])
+                share += 1
+                if share == per_parent:
+                    break
+        return out[:limit]
 
 
 class CommandProposer:

@@ -17,7 +17,7 @@ import numpy as np
 
 from bakery.stages.procedural import texture_stats
 from bakery.stages.procedural.dsl import Node, complexity, flatten, instructions, with_params
-from bakery.stages.procedural.fit import FitConfig, fit_jobs
+from bakery.stages.procedural.fit import FitConfig, fit_jobs, screen_jobs
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,7 @@ class SearchConfig:
     population: int = 12        # new structures fitted per generation
     beam: int = 3
     restarts: int = 4
+    screen: int = 4             # starting points drawn per restart; the best are trained
     complexity_weight: float = 1e-4
     fit: FitConfig = field(default_factory=FitConfig)
     refine_steps: int = 0       # a longer final fit of the winner (0: none)
@@ -103,15 +104,14 @@ def initial_values(node: Node, hints: Hints, rng: np.random.Generator, restart: 
         f = 2.0 * max(abs(peak[0]), abs(peak[1]))
         return {"frequency": (f,), "offset": tuple(rng.uniform(0, 1, 2)), "sharpness": (20.0,)}
     if op == "bricks":
-        ks = hints.peaks[:3]
-        if restart == 0:
-            count = (max(abs(k[0]) for k in ks), max(abs(k[1]) for k in ks))
-        else:
-            count = (abs(ks[rng.integers(len(ks))][0]) * rng.choice([1, 2]),
-                     abs(ks[rng.integers(len(ks))][1]) * rng.choice([1, 2]))
+        # The fundamental along each axis: the smallest non-zero frequency among the peaks.
+        fx = min([abs(k[0]) for k in hints.peaks if k[0]] or [4.0])
+        fy = min([abs(k[1]) for k in hints.peaks if k[1] and not k[0]] or [abs(k[1]) for k in hints.peaks if k[1]]
+                 or [8.0])
+        count = (fx, fy) if restart == 0 else (fx * rng.choice([0.5, 1, 1, 2]), fy * rng.choice([0.5, 1, 1, 2]))
         count = (max(1.0, count[0]), max(1.0, count[1]))
         return {"count": count, "offset": tuple(rng.uniform(0, 1, 2)), "mortar": (0.1 / max(count),),
-                "sharpness": (300.0,)}
+                "sharpness": (50.0,)}  # soft edges first: offsets only get gradients near edges
     if op in ("value_noise", "gradient_noise"):
         f = radial if restart % 2 == 0 else float(np.exp(rng.uniform(np.log(2), np.log(16))))
         return {"frequency": (min(f, 32.0),), "offset": tuple(rng.uniform(0, 8, 2))}
@@ -154,6 +154,18 @@ def initialise(program: Node, hints: Hints, rng: np.random.Generator, restart: i
     return flatten(fill(program))
 
 
+def _orient_ramp(structure: Node, values: np.ndarray, corr: float) -> np.ndarray:
+    """A root ramp whose colours run against the target (negative correlation) starts
+    with them reversed: otherwise the fit drags the geometry out of alignment while the
+    colours swap over."""
+    if structure.op != "ramp" or corr >= 0.0:
+        return values
+    n = int(structure.attr["stops"])
+    out = values.copy()
+    out[n:4 * n] = values[n:4 * n].reshape(n, 3)[::-1].reshape(-1)
+    return out
+
+
 def pareto_front(candidates: Sequence[Candidate]) -> list[Candidate]:
     """The candidates no other beats on both loss and node count, by node count."""
     best: dict[int, Candidate] = {}
@@ -183,11 +195,17 @@ class Search:
 
     def _fit(self, programs: Sequence[tuple[Node, str]], generation: int, fit: FitConfig) -> list[Candidate]:
         structures = [p.structure() for p, _ in programs]
-        jobs = []
-        for s, (p, _) in enumerate(programs):
-            for r in range(self.config.restarts):
-                jobs.append((s, initialise(p, self.hints, self.rng, r)))
         fit = FitConfig(**{**fit.__dict__, "seed": (self.seed * 1000003 + generation) & 0xFFFFFFFF})
+        restarts, draws = self.config.restarts, self.config.restarts * max(1, self.config.screen)
+        jobs = [(s, initialise(p, self.hints, self.rng, r)) for s, (p, _) in enumerate(programs) for r in range(draws)]
+        if draws > restarts:
+            # Screen many starting points cheaply; train the first (hinted/inherited) one
+            # and the best of the rest.
+            corr = screen_jobs(self.device, self.target, structures, jobs, fit)
+            distance = (1.0 - np.abs(corr)).reshape(len(programs), draws)
+            keep = [s * draws + r for s in range(len(programs))
+                    for r in [0] + sorted(range(1, draws), key=lambda r: (distance[s, r], r))[: restarts - 1]]
+            jobs = [(jobs[i][0], _orient_ramp(structures[jobs[i][0]], jobs[i][1], corr[i])) for i in keep]
         results = fit_jobs(self.device, self.target, self.target_stats, structures, jobs, fit)
         best: dict[int, Candidate] = {}
         for r in results:
@@ -213,7 +231,8 @@ class Search:
                 proposals = [(p, "builtin") for p in self.builtin.initial()]
             else:
                 proposals = [(p, "builtin") for p in
-                             self.builtin.propose([c.program for c in self.beam()], self.rng, cfg.population)]
+                             self.builtin.propose([c.program for c in self.beam()], self.rng, cfg.population,
+                                                  frozenset(self.evaluated))]
             if self.command is not None:
                 best = [c.program for c in self.beam()]
                 proposals = [(p, "cmd") for p in self.command.request(gen, w, h, self.hints.mean_colour, best)] \
@@ -225,7 +244,9 @@ class Search:
                     continue
                 seen.add(k)
                 fresh.append((p, origin))
-            fresh = fresh[: max(cfg.population, len(self.builtin.initial()) if gen == 0 else 0)]
+            # Generation 0 tries every primitive; the command's programs always get fitted.
+            external = sum(1 for _, origin in fresh if origin == "cmd")
+            fresh = fresh[: external + (len(self.builtin.initial()) if gen == 0 else cfg.population)]
             if not fresh:
                 break
             for c in self._fit(fresh, gen, cfg.fit):

@@ -29,7 +29,7 @@ from bakery.stages.procedural.search import Search, SearchConfig
 
 MIN_SIZE = 16
 #: Per-device defaults for the ``0 = auto`` params: (software, hardware).
-PRESETS = {"generations": (2, 6), "population": (8, 48), "beam": (2, 6), "restarts": (3, 8), "steps": (120, 600),
+PRESETS = {"generations": (2, 6), "population": (12, 48), "beam": (2, 6), "restarts": (3, 8), "steps": (120, 600),
            "batch": (1024, 16384), "fit_size": (64, 256), "refine_steps": (150, 1500)}
 
 
@@ -113,7 +113,8 @@ class Procedural(Stage):
                    "program_bytes": program_bytes, "png_bytes": sizes["png"], "bc7_bytes": sizes["bc7"]}
         return StageResult(metrics=metrics, manifest={
             "source": {"width": w, "height": h, "channels": c, "alpha_ignored": c == 4},
-            "search": {**used, "fit_width": fw, "fit_height": fh, "structures_fitted": len(search.evaluated)},
+            "search": {**used, "fit_width": fw, "fit_height": fh, "structures_fitted": len(search.evaluated),
+                       "from_command": sum(1 for c in search.evaluated.values() if c.origin == "cmd")},
             "sizes": sizes})
 
 
