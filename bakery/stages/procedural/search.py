@@ -15,9 +15,13 @@ from typing import Sequence
 
 import numpy as np
 
+from bakery.baselines.resample import downsample_area
 from bakery.stages.procedural import texture_stats
 from bakery.stages.procedural.dsl import Node, complexity, flatten, instructions, with_params
 from bakery.stages.procedural.fit import FitConfig, fit_jobs, screen_jobs
+
+
+SCREEN_SIZE = 64
 
 
 @dataclass(frozen=True)
@@ -187,6 +191,11 @@ class Search:
         self.target = np.ascontiguousarray(np.asarray(target, np.float32)[:, :, :3])
         self.target_stats = texture_stats.statistics(self.target)
         self.hints = Hints(self.target)
+        # Screening only ranks starting points: a small copy of the target is enough.
+        h, w = self.target.shape[:2]
+        f = min(1.0, SCREEN_SIZE / max(h, w))
+        self.screen_target = self.target if f == 1.0 else downsample_area(
+            self.target, max(8, round(w * f)), max(8, round(h * f)))
         self.builtin, self.command = builtin, command
         self.rng = np.random.default_rng(seed)
         self.seed = seed
@@ -201,7 +210,7 @@ class Search:
         if draws > restarts:
             # Screen many starting points cheaply; train the first (hinted/inherited) one
             # and the best of the rest.
-            corr = screen_jobs(self.device, self.target, structures, jobs, fit)
+            corr = screen_jobs(self.device, self.screen_target, structures, jobs, fit)
             distance = (1.0 - np.abs(corr)).reshape(len(programs), draws)
             keep = [s * draws + r for s in range(len(programs))
                     for r in [0] + sorted(range(1, draws), key=lambda r: (distance[s, r], r))[: restarts - 1]]
