@@ -203,7 +203,7 @@ def test_same_seed_gives_the_same_bytes(device, tmp_path):
 
 def test_too_small_and_not_rgb_images_are_refused(tmp_path):
     r = run_stage(write_png(tmp_path / "tiny.png", np.full((8, 8, 3), 0.5, np.float32)), tmp_path / "o1")
-    assert r.exit_code != 0 and "tiny.png" in r.output and "at least 16x16" in r.output
+    assert r.exit_code != 0 and "tiny.png" in r.output and "at least 32x32" in r.output
     r = run_stage(write_png(tmp_path / "grey.png", np.full((32, 32, 1), 0.5, np.float32)), tmp_path / "o2")
     assert r.exit_code != 0 and "grey.png" in r.output and "RGB or RGBA" in r.output
     assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()

@@ -29,7 +29,7 @@ class FitConfig:
     lr: float = 0.02
     pixel_weight: float = 1.0
     texture_weight: float = 1.0
-    stats_every: int = 4         # steps between refreshes of the texture statistics
+    stats_every: int = 1         # steps between refreshes of the statistics (stale ones slow convergence)
     seed: int = 0
 
 
@@ -78,9 +78,8 @@ class BatchObjective:
         flat = np.concatenate(values) if offset else np.zeros(1)
         self.group = PlainParameters(device, flat.astype(np.float32), lr=config.lr)
         self._target = make_buffer(device, np.ascontiguousarray(target[:, :, :3], np.float32).reshape(-1))
-        self._target_stats = make_buffer(device, np.asarray(target_stats, np.float32))
         self._jobs = make_buffer(device, np.asarray(table, np.uint32).reshape(-1))
-        self.stats = make_buffer(device, np.zeros(len(table) * texture_stats.STATS, np.uint64))
+        self.stats = make_buffer(device, np.zeros(len(table) * (2 * texture_stats.STATS + 1), np.uint64))
         self._render = make_buffer(device, np.zeros(len(table) * n * 3, np.float32))
 
     def slang_source(self) -> str:
@@ -88,7 +87,7 @@ class BatchObjective:
 
     def vars(self) -> dict:
         return {"g_plain_params": self.group.params, "g_plain_grads": self.group.grads, "g_target": self._target,
-                "g_target_stats": self._target_stats, "g_jobs": self._jobs, "g_stats": self.stats,
+                "g_jobs": self._jobs, "g_stats": self.stats,
                 "g_render": self._render}
 
     def uniforms(self, step: int, batch: int = 0, seed: int = 0) -> dict:

@@ -27,7 +27,7 @@ from bakery.stages.procedural.proposers import make_proposers
 from bakery.stages.procedural.render import render_shader
 from bakery.stages.procedural.search import Search, SearchConfig
 
-MIN_SIZE = 16
+MIN_SIZE = 32
 #: Per-device defaults for the ``0 = auto`` params: (software, hardware).
 PRESETS = {"generations": (2, 6), "population": (12, 48), "beam": (2, 6), "restarts": (3, 8), "steps": (120, 600),
            "batch": (1024, 16384), "fit_size": (64, 256), "refine_steps": (150, 1500)}
@@ -50,7 +50,7 @@ class Procedural(Stage):
         Param("refine_steps", int, 0, "steps of the final fit of the winner (0: auto)", min=0, max=100_000),
         Param("lr", float, 0.02, "Adam learning rate (on unit-scaled parameters)", min=1e-6, max=1.0),
         Param("complexity_weight", float, 1e-4, "score = image loss + this x node count", min=0.0, max=1.0),
-        Param("texture_weight", float, 1.0, "weight of the texture-statistics term in the image loss",
+        Param("texture_weight", float, 0.5, "weight of the texture-statistics term in the image loss",
               min=0.0, max=1e4),
         Param("proposer", str, "builtin", "structure proposer: 'builtin' or 'cmd:COMMAND' (adds a command's programs)"),
     )
