@@ -168,6 +168,7 @@ def test_texture_term_matches_appearance_of_a_stochastic_target(device):
 
 
 # -- the stage -------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(GENERATORS))
 def test_known_programs_are_recovered(device, tmp_path, name):
     gen = program(GENERATORS[name])
@@ -176,14 +177,14 @@ def test_known_programs_are_recovered(device, tmp_path, name):
     assert r.exit_code == 0, r.output
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     m = manifest["metrics"]
-    assert m["psnr_db"] >= 30.0, (name, m)
+    assert float(m["psnr_db"]) >= 30.0, (name, m)  # "inf" when exact
     assert m["complexity"] <= dsl.complexity(gen) + 2, (name, m)
     names = {f["name"] for f in manifest["files"]}
     assert {"program.json", "procedural.slang", "procedural.hlsl", "procedural.glsl", "render.png", "render_4x.png",
             "target.png", "difference.png", "pareto.json", "pareto.png"} <= names
     found = dsl.from_json(json.loads((tmp_path / "out" / "program.json").read_text()), require_params=True)
     assert dsl.complexity(found) == m["complexity"]
-    assert psnr(render_shader(device, found, SIZE, SIZE), target) == pytest.approx(m["psnr_db"], abs=1e-3)
+    assert psnr(render_shader(device, found, SIZE, SIZE), target) == pytest.approx(float(m["psnr_db"]), abs=1e-3)
     front = json.loads((tmp_path / "out" / "pareto.json").read_text())["front"]
     assert [p["nodes"] for p in front] == sorted(p["nodes"] for p in front)
     assert all(a["loss"] > b["loss"] for a, b in zip(front, front[1:]))
