@@ -58,7 +58,7 @@ def fit_source(structures: Sequence[Node], texture: bool = True) -> str:
 class BatchObjective:
     """The Trainer's objective for one batch of jobs (see fit.slang for the kernels)."""
 
-    def __init__(self, device, target: np.ndarray, target_stats: np.ndarray, structures: Sequence[Node],
+    def __init__(self, device, target: np.ndarray, structures: Sequence[Node],
                  jobs: Sequence[tuple[int, np.ndarray]], config: FitConfig):
         self.device, self.structures, self.config = device, list(structures), config
         self.height, self.width = target.shape[:2]
@@ -134,8 +134,9 @@ class _StatsFirstTrainer(Trainer):
 def fit_jobs(device, target: np.ndarray, target_stats: np.ndarray, structures: Sequence[Node],
              jobs: Sequence[tuple[int, np.ndarray]], config: FitConfig) -> list[JobResult]:
     """Fits every job (structure index, initial parameters in shader units) by Adam;
-    returns each job's fitted parameters, render and losses."""
-    objective = BatchObjective(device, target, target_stats, structures, jobs, config)
+    returns each job's fitted parameters, render and losses (the texture loss against
+    ``target_stats``, the whole target's statistics)."""
+    objective = BatchObjective(device, target, structures, jobs, config)
     train = TrainConfig(steps=config.steps, batch=objective.threads(), optimizer=Adam(lr=config.lr),
                         schedule="cosine", final_lr_ratio=0.05, seed=config.seed)
     trainer = _StatsFirstTrainer(device, None, objective, train)
@@ -149,7 +150,7 @@ def screen_jobs(device, target: np.ndarray, structures: Sequence[Node], jobs: Se
     of render and target luminance. Its magnitude judges where edges and phases lie
     whatever a ramp's colours; its sign says whether the colours run the wrong way.
     Uses the fitting module, so it costs no compile."""
-    objective = BatchObjective(device, target, np.zeros(texture_stats.STATS), structures, jobs, config)
+    objective = BatchObjective(device, target, structures, jobs, config)
     trainer = Trainer(device, None, objective, TrainConfig(steps=0, batch=objective.threads()))
     n = objective.width * objective.height
     trainer.run_kernel("render", len(jobs) * n, objective.uniforms(0))
@@ -167,8 +168,7 @@ def render_program(device, program: Node, width: int, height: int) -> np.ndarray
     from bakery.stages.procedural.dsl import flatten
     blank = np.zeros((height, width, 3), np.float32)
     cfg = FitConfig(steps=0, batch=width * height, texture_weight=0.0)
-    objective = BatchObjective(device, blank, np.zeros(texture_stats.STATS), [program.structure()],
-                               [(0, flatten(program))], cfg)
+    objective = BatchObjective(device, blank, [program.structure()], [(0, flatten(program))], cfg)
     trainer = Trainer(device, None, objective, TrainConfig(steps=0, batch=objective.threads()))
     n = width * height
     trainer.run_kernel("render", n, objective.uniforms(0))
