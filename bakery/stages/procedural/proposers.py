@@ -48,7 +48,7 @@ def _replace_at(node: Node, path: tuple, new: Node) -> Node:
     return node.replace(inputs=tuple(inputs))
 
 
-def mutations(program: Node, rng: np.random.Generator) -> list[Node]:
+def mutations(program: Node) -> list[Node]:
     """Every one-step structural edit of ``program`` the built-in proposer knows
     (parameters of untouched nodes are kept)."""
     out: list[Node] = []
@@ -98,7 +98,7 @@ class BuiltinProposer:
         out, taken = [], set(seen)
         per_parent = max(1, -(-limit // max(1, len(beam))))
         for parent in beam:
-            kids = mutations(parent, rng)
+            kids = mutations(parent)
             tie = rng.permutation(len(kids))
             order = sorted(range(len(kids)), key=lambda i: (complexity(kids[i]), instructions(kids[i]), tie[i]))
             share = 0
