@@ -45,5 +45,7 @@ def test_default_pipeline_validates():
     assert {t.id for t in tasks} == {"texture/textures/rust", "texture/textures/wood",
                                      "compress/materials/bricks", "compress/materials/cobblestones",
                                      "compress/materials/tiles", "shader_fit/fits/brightness",
-                                     "shader_fit/fits/rainbow"}
+                                     "shader_fit/fits/rainbow", "mips/materials/bricks",
+                                     "mips/materials/cobblestones", "mips/materials/tiles",
+                                     "procedural/textures/rust", "procedural/textures/wood"}
     assert pipe.out == REPO / "out" and pipe.cache == REPO / ".bakery-cache"

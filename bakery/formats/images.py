@@ -104,13 +104,19 @@ def psnr(a: np.ndarray, b: np.ndarray, peak: float = 1.0) -> float:
     return float("inf") if mse == 0 else 10.0 * np.log10(peak * peak / mse)
 
 
+def set_psnr(values) -> float:
+    """PSNR of a texture set from the mean of its textures' MSEs (each PSNR turned back
+    into an MSE; a lossless texture counts as MSE 0). Unlike a mean of dB values it does
+    not swing with a constant map that decodes to ~110 dB one step and inf the next."""
+    values = [float(v) for v in values]
+    if not values:
+        raise ValueError("set_psnr of no textures")
+    mse = float(np.mean([0.0 if np.isinf(v) else 10.0 ** (-v / 10.0) for v in values]))
+    return float("inf") if mse == 0 else -10.0 * np.log10(mse)
+
+
 def mean_psnr(values) -> float:
-    """The PSNR of the mean squared error over a set: each dB value goes back to its MSE
-    (peak 1), the MSEs are averaged and the mean is expressed in dB again. Averaging dB
-    values instead would let one near-lossless texture (87 dB) hide a 9 dB one. A lossless
-    member adds an MSE of 0; inf only if every member is lossless."""
-    mses = [10.0 ** (-float(v) / 10.0) if np.isfinite(v) else 0.0 for v in values]
-    if not mses:
-        return float("inf")
-    mse = float(np.mean(mses))
-    return float("inf") if mse == 0 else -10.0 * float(np.log10(mse))
+    """:func:`set_psnr`, the PSNR of the mean MSE (never an average of dB values, which
+    would let one near-lossless map hide a 9 dB one); inf for no values."""
+    values = list(values)
+    return set_psnr(values) if values else float("inf")

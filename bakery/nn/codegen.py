@@ -12,11 +12,12 @@ def network_source(spec: NetworkSpec, linear_args: list[str]) -> str:
     ``linear_args[k]`` are the backend's offset arguments of layer k's ``Linear``.
     """
     last = len(spec.layers)
+    linears = [f"Linear<{l.n_in}, {l.n_out}, {linear_args[k]}>" for k, l in enumerate(spec.layers)]
     body = [f"        let h0 = bk_to_vec<{spec.encoding.n_outputs}>({spec.encoding.slang_type()}.eval(x));"]
     for k, layer in enumerate(spec.layers):
         act = activations.get(layer.activation).slang
         body.append(f"        let h{k + 1} = bk_activate<{act}, {layer.n_out}>("
-                    f"Linear<{layer.n_in}, {layer.n_out}, {linear_args[k]}>.eval(h{k}));")
+                    f"{linears[k]}.eval(h{k}));")
     return "\n".join([
         "struct Network",
         "{",
@@ -28,6 +29,18 @@ def network_source(spec: NetworkSpec, linear_args: list[str]) -> str:
         "    {",
         *body,
         f"        return bk_from_vec<{spec.n_outputs}>(h{last});",
+        "    }",
+        "",
+        "    // After a workgroup's last training tile: its share of the weight gradients.",
+        "    static void store_gradients(uint group)",
+        "    {",
+        *[f"        {lin}.store_gradients(group);" for lin in linears],
+        "    }",
+        "",
+        "    // Split-K weight gradients (CoopVec BK_GRAD_MODE 2): layer's share of samples.",
+        "    static void reduce_gradients(uint layer, uint begin, uint end)",
+        "    {",
+        *[f"        if (layer == {k}) {lin}.reduce_gradients(begin, end);" for k, lin in enumerate(linears)],
         "    }",
         "}",
         "",

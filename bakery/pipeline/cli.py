@@ -83,18 +83,32 @@ def _read_changed(changed: tuple[str, ...], changed_from: str | None) -> list[Pa
               help="Override [project] device.")
 @click.option("--report", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the bake report here (always written to <out>/bake-report.json).")
+@click.option("--runner", type=click.Choice(["local", "ray"]), default=None,
+              help="Where tasks run: this process (default) or a Ray cluster. Overrides [project] runner.")
+@click.option("-j", "--jobs", type=int, default=1, show_default=True,
+              help="Tasks at once on this machine, in worker processes sharing the GPU (CPU work overlaps "
+                   "training). With --runner ray: actors sharing each GPU.")
+@click.option("--address", default=None, metavar="auto|ray://HOST:PORT",
+              help="--runner ray: join this cluster (default: start a local one for the bake).")
+@click.option("--shared-cache", is_flag=True,
+              help="--runner ray: workers read sources and write the cache folder directly (it must be the "
+                   "same path on every node); default: ship files as bytes.")
+@click.option("--max-retries", type=click.IntRange(0, 100), default=2, show_default=True,
+              help="Times a task whose worker process died runs again (--runner ray, --jobs).")
 @click.option("-v", "--verbose", is_flag=True, help="Per-task log lines even on a terminal.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the bake report (as in bake-report.json) on stdout instead of the table.")
 def bake_cmd(pipeline, force, only, assets, changed, changed_from, dry_run, fail_fast, no_wait, device,
-             report, verbose, as_json):
+             report, runner, jobs, address, shared_cache, max_retries, verbose, as_json):
     """Bake PIPELINE (default pipeline.toml): every (stage, asset) task, through the cache."""
     log = _setup_logging(verbose)
     try:
         pipe = load_pipeline(pipeline)
         opts = BakeOptions(force=[force] if force else [], only=only, assets=assets,
                            changed=_read_changed(changed, changed_from), dry_run=dry_run,
-                           fail_fast=fail_fast, wait=not no_wait, device=device, report=report)
+                           fail_fast=fail_fast, wait=not no_wait, device=device, report=report,
+                           runner=runner, jobs=jobs, address=address, shared_cache=shared_cache,
+                           max_retries=max_retries)
         with sigterm_as_interrupt():
             result = bake(pipe, opts, log)
     except BakeryError as e:

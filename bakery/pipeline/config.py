@@ -26,10 +26,11 @@ from bakery.pipeline.sourcemap import SourceMap
 #: Roles an asset may declare: the texture roles (a material folder's files are matched by
 #: stem) and ``fit``, a fit spec (docs/PIPELINE.md, "Fit specs").
 ROLES = (*ROLE_TABLE, "fit")
+RUNNERS = ("local", "ray")
 STAGE_REF = "stage:"
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _GLOB_CHARS = set("*?[")
-_PROJECT_KEYS = {"name", "out", "cache", "device", "seed", "plugins"}
+_PROJECT_KEYS = {"name", "out", "cache", "device", "seed", "plugins", "runner"}
 _STAGE_KEYS = {"type", "inputs", "params", "seed", "description", "require"}
 
 
@@ -81,6 +82,7 @@ class Pipeline:
     device: str
     seed: int
     plugins: list[str]
+    runner: str = "local"      # local | ray (``bakery bake --runner`` overrides it)
     assets: dict[str, list[Asset]] = field(default_factory=dict)
     stages: dict[str, StageDecl] = field(default_factory=dict)
     source: SourceMap | None = None
@@ -217,6 +219,9 @@ def load_pipeline(path: str | Path) -> Pipeline:
     device = proj.get("device", "auto")
     if _expect(c, "project.device", device, str, "a string") and device not in DEVICE_KINDS:
         c.add("project.device", f"unknown device {device!r} (allowed: {', '.join(DEVICE_KINDS)})")
+    runner = proj.get("runner", "local")
+    if _expect(c, "project.runner", runner, str, "a string") and runner not in RUNNERS:
+        c.add("project.runner", f"unknown runner {runner!r} (allowed: {', '.join(RUNNERS)})")
     seed = proj.get("seed", 0)
     if _expect(c, "project.seed", seed, int, "an integer") and seed < 0:
         c.add("project.seed", f"{seed} is out of range (allowed int >= 0, default 0)")
@@ -228,7 +233,8 @@ def load_pipeline(path: str | Path) -> Pipeline:
 
     pipe = Pipeline(path=path, root=root, name=str(name), out=out or root / "out",
                     cache=cache or root / ".bakery-cache", device=str(device),
-                    seed=seed if isinstance(seed, int) else 0, plugins=plugins, source=source)
+                    seed=seed if isinstance(seed, int) else 0, plugins=plugins, source=source,
+                    runner=runner if runner in RUNNERS else "local")
     pipe.assets = _load_assets(doc.get("assets", {}), root, c, generated=(pipe.out, pipe.cache))
     if out and cache:
         for key, message in path_overlaps(out, cache, path.resolve(), _source_paths(pipe.assets, doc)):
