@@ -32,7 +32,7 @@ def bake(*args, code=0):
 
 def outputs(root):
     return {k: v for k, v in tree_snapshot(root / "out").items()
-            if not k.startswith("logs/") and k != "bake-report.json"}
+            if not k.startswith("logs/") and k not in ("bake-report.json", "report.html")}
 
 
 def statuses(root):
