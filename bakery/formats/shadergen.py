@@ -32,8 +32,8 @@ def _header(spec: NetworkSpec, lang: str, dtype: str, prefix: str) -> list[str]:
             else f"the storage buffer at binding {prefix.upper()}_WEIGHTS_BINDING (define it before including)")
     usage = {
         "glsl": ["// GLSL include: it has no #version. Include it after yours (GL_GOOGLE_include_directive,",
-                 "// or paste it there); it declares the weights storage buffer, so include it once per",
-                 "// program. decoder.comp in the bundle is a complete Vulkan compute shader around it.",
+                 "// or paste it there); it declares the weights storage buffer (an include guard makes a",
+                 "// second include harmless). decoder.comp in the bundle is a complete compute shader around it.",
                  f"// Every global name starts with {prefix}_ / {prefix.upper()}_, so several bundles share a shader."],
         "hlsl": ["// HLSL include: functions and constants only; the caller declares the weights buffer",
                  f"// and passes it in. Every global name starts with {prefix}_ / {prefix.upper()}_."],
