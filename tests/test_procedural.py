@@ -222,7 +222,10 @@ def test_malformed_proposals_are_skipped_with_a_warning(caplog):
     assert "not JSON" in caplog.text
 
 
-def test_external_proposer_command_programs_are_fitted(device, tmp_path, caplog):
+def test_external_proposer_command_programs_are_fitted(device, tmp_path, caplog, monkeypatch):
+    # A bake earlier in the session (bakery.pipeline.cli) stops the "bakery" logger from
+    # propagating to the root logger, where caplog listens: let it through again.
+    monkeypatch.setattr(logging.getLogger("bakery"), "propagate", True)
     script = tmp_path / "propose.py"
     script.write_text(
         "import json, sys\n"
