@@ -23,4 +23,11 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! have_hw_vulkan && ! 
   apt-get install -y -qq -t bookworm-backports mesa-vulkan-drivers libvulkan1 >/dev/null
 fi
 
+# glslangValidator (Khronos' reference GLSL/HLSL compiler): tests compile the generated
+# GLSL and HLSL decoders with it, and skip that check when it is absent.
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! command -v glslangValidator >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq glslang-tools >/dev/null \
+    || echo "setup: glslang-tools not installed; the GLSL/HLSL compile tests will skip" >&2
+fi
+
 python3 -m pip install -q --disable-pip-version-check -e '.[test]'

@@ -28,7 +28,8 @@ from bakery.stages.ntc.shader import LANGUAGES, generate_ntc_decoder
 #: under a minute, the GPU one aims at production quality on a 2048^2 set in < 2 minutes.
 PRESETS = {"software": {"steps": 400, "batch": 1 << 13, "bc_refresh": 25},
            "gpu": {"steps": 6000, "batch": 1 << 18, "bc_refresh": 100}}
-WEIGHT_RANGE = (0.25, 8.0)
+WEIGHT_RANGE = (0.5, 4.0)
+NEAR_LOSSLESS_DB = 50.0
 
 
 def _weight_params():
@@ -37,13 +38,24 @@ def _weight_params():
 
 
 def bcn_weights(report: dict, roles) -> dict[str, float]:
-    """Per-texture loss weights from BCn at equal bytes: 1 / its MSE, normalised to mean 1
-    and clamped, so each texture is pushed to beat its own baseline by a similar margin
-    (plain MSE spends the capacity on whichever map has the most energy)."""
-    mse = {r: 10 ** (-min(report["textures"][r]["same_bytes_psnr"], 80.0) / 10) for r in roles}
-    inv = {r: 1.0 / m for r, m in mse.items()}
-    mean = float(np.mean(list(inv.values())))
-    return {r: float(np.clip(v / mean, *WEIGHT_RANGE)) for r, v in inv.items()}
+    """Per-texture loss weights from BCn at equal bytes: sqrt(mean MSE / its MSE), clamped,
+    so textures BCn keeps well (and a studio would notice losing) are not starved by the
+    maps with the most energy, as plain MSE would (1 / MSE itself would starve those maps
+    instead: the square root meets halfway). Maps BCn keeps near-lossless
+    (> NEAR_LOSSLESS_DB: flat maps) keep weight 1: they are easy."""
+    mse = {r: 10 ** (-report["textures"][r]["same_bytes_psnr"] / 10) for r in roles
+           if report["textures"][r]["same_bytes_psnr"] <= NEAR_LOSSLESS_DB}
+    if not mse:
+        return {r: 1.0 for r in roles}
+    mean = float(np.mean(list(mse.values())))
+    return {r: float(np.clip(np.sqrt(mean / mse[r]), *WEIGHT_RANGE)) if r in mse else 1.0 for r in roles}
+
+
+def set_psnr(scores) -> float:
+    """The set's PSNR from the mean of its textures' MSE (never a mean of dB: one
+    near-lossless flat map would swamp it)."""
+    mse = [10 ** (-min(float(v), 100.0) / 10) for v in scores]
+    return float(-10 * np.log10(np.mean(mse)))
 
 
 @register
@@ -165,7 +177,8 @@ class NeuralTextureCompression(Stage):
         lat_bytes = latent_bytes(grid)
         assert (lat_bytes + weights_bytes) * 8 == point.bits
         metrics = {"bpp": round(point.bpp, 4), "psnr_db": {r: round(v, 3) for r, v in scores.items()},
-                   "mean_psnr_db": round(mean_psnr(scores.values()), 3)}
+                   "mean_psnr_db": round(mean_psnr(scores.values()), 3),
+                   "set_psnr_db": round(set_psnr(scores.values()), 3)}
         extra = {"material": {"roles": list(material.roles),
                               "channels": {r: [a, n] for r, (a, n) in zip(material.roles, material.slices)},
                               "color_space": {r: "srgb" if r in SRGB_ROLES else "linear" for r in material.roles},
