@@ -82,8 +82,8 @@ class NeuralTextureCompression(Stage):
         Param("latent_lr", float, 2e-2, "latent learning rate", min=1e-6, max=1.0),
         Param("bc_refresh", int, 0, "BC mode: steps between BC4 re-encodes of the latents (0: preset)",
               min=0, max=100_000),
-        Param("weighting", str, "auto", "per-texture loss weights: uniform, or 1/MSE of BCn at equal bytes "
-              "(auto: bcn when the baseline runs)", choices=("auto", "uniform", "bcn")),
+        Param("weighting", str, "uniform", "per-texture loss weights: uniform, or from the MSE of BCn at "
+              "equal bytes (bcn_weights)", choices=("uniform", "bcn")),
         Param("baseline", bool, True, "also encode BC7/BC5/BC4 and report them"),
         Param("transcode", str, "none", "also write BCn DDS files (full mip chains) decoded from the network",
               choices=("none", "bcn")),
@@ -105,8 +105,6 @@ class NeuralTextureCompression(Stage):
         textures = material.split(material.image)
 
         weighting = params["weighting"]
-        if weighting == "auto":
-            weighting = "bcn" if params["baseline"] else "uniform"
         report = None
         if params["baseline"] or weighting == "bcn":
             from bakery.baselines.material import baseline_report
