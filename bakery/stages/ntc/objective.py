@@ -140,13 +140,15 @@ def color_pyramid(image: np.ndarray, count: int, normal_channel: int) -> list[np
 
 class LatentTextureFit(TexelObjective):
     """Trains latents + decoder on every colour mip at once (texels drawn uniformly over
-    the whole chain, so mip 0 gets 3/4 of the samples)."""
+    the whole chain, so mip 0 gets 3/4 of the samples). Packed latents see uniform noise of
+    one code step for the first ``noise_steps`` steps, exact rounding after."""
 
     def __init__(self, device, image: np.ndarray, grid: LatentGridSpec, *, channel_weights=None,
-                 normal_channel: int = -1, latent_lr: float = 2e-2, seed: int = 0):
+                 normal_channel: int = -1, latent_lr: float = 2e-2, seed: int = 0, noise_steps: int = 0):
         if image.shape[:2] != (grid.height, grid.width):
             raise ValueError("latent grid spec is for another texture size")
         self.grid, self.normal_channel = grid, normal_channel
+        self.noise_steps = noise_steps if grid.mode == "packed" else 0
         self.pyramid = color_pyramid(image, len(grid.color_mips), normal_channel)
         stacked = np.concatenate([p.reshape(-1, image.shape[2]) for p in self.pyramid])[:, None, :]
         super().__init__(device, stacked, channel_weights)
@@ -181,7 +183,8 @@ class LatentTextureFit(TexelObjective):
         return [self.latents]
 
     def uniforms(self, step: int, batch: int, seed: int) -> dict:
-        return dict(super().uniforms(step, batch, seed), total_texels=self.total_texels, lod=0)
+        return dict(super().uniforms(step, batch, seed), total_texels=self.total_texels, lod=0,
+                    noise=int(step < self.noise_steps))
 
     def set_block_compression_delta(self, delta: np.ndarray) -> None:
         self._delta.copy_from_numpy(np.ascontiguousarray(delta, np.float32))

@@ -29,6 +29,7 @@ from bakery.stages.ntc.shader import LANGUAGES, generate_ntc_decoder
 PRESETS = {"software": {"steps": 400, "batch": 1 << 13, "bc_refresh": 25},
            "gpu": {"steps": 6000, "batch": 1 << 18, "bc_refresh": 100}}
 WEIGHT_RANGE = (0.5, 4.0)
+FREEZE_FRACTION = 0.05
 NEAR_LOSSLESS_DB = 50.0
 
 
@@ -80,6 +81,8 @@ class NeuralTextureCompression(Stage):
         Param("pe_octaves", int, 3, "texel position-encoding octaves", min=1, max=6),
         Param("lr", float, 5e-3, "decoder learning rate", min=1e-6, max=1.0),
         Param("latent_lr", float, 2e-2, "latent learning rate", min=1e-6, max=1.0),
+        Param("noise_fraction", float, 0.0, "packed mode: fraction of steps trained with uniform latent noise "
+              "instead of rounding; the latents freeze for the last FREEZE_FRACTION", min=0.0, max=1.0),
         Param("bc_refresh", int, 0, "BC mode: steps between BC4 re-encodes of the latents (0: preset)",
               min=0, max=100_000),
         Param("weighting", str, "uniform", "per-texture loss weights: uniform, or from the MSE of BCn at "
@@ -119,15 +122,19 @@ class NeuralTextureCompression(Stage):
         def train(point):
             obj = LatentTextureFit(ctx.device, material.image, point.grid, channel_weights=weights,
                                    normal_channel=material.normal_channel, latent_lr=params["latent_lr"],
-                                   seed=ctx.seed)
+                                   seed=ctx.seed, noise_steps=int(params["noise_fraction"] * cfg.steps))
             trainer = Trainer(ctx.device, point.network, obj, cfg)
             progress = StepProgress(ctx, cfg.steps)
+            freeze = cfg.steps - int(FREEZE_FRACTION * cfg.steps)
             if point.grid.mode == "bc":
                 while trainer.step < cfg.steps:
                     _refresh_bc(obj)
                     trainer.train(refresh, progress=progress)
                 _refresh_bc(obj)
             else:
+                # the last steps fit the decoder to the final codes, latents frozen (as RTXNTC)
+                trainer.train(freeze, progress=progress)
+                obj.latents.lr = 0.0
                 trainer.train(progress=progress)
             decoded = renormalize_normals(obj.decode(trainer), material.normal_channel)
             scores = {r: psnr(decoded[..., a:a + n], material.image[..., a:a + n])
@@ -193,7 +200,9 @@ class NeuralTextureCompression(Stage):
                           "texels": w * h, "tried": tried},
                  "mip_psnr_db": mip_psnr,
                  "training": {"preset": preset_name, "steps": steps, "batch": batch,
-                              "bc_refresh": refresh if grid.mode == "bc" else None, "weighting": weighting,
+                              "bc_refresh": refresh if grid.mode == "bc" else None,
+                              "noise_steps": obj.noise_steps, "latents_frozen_from_step": (
+                                  None if grid.mode == "bc" else cfg.steps - int(FREEZE_FRACTION * cfg.steps)), "weighting": weighting,
                               "role_weights": {r: round(params[f"weight_{r}"] * role_w[r], 4) for r in material.roles},
                               "loss": "weighted L2 in storage space (albedo: sRGB-encoded values, as BC7_SRGB "
                                       "stores and the PSNR measures), normals renormalised before the loss"}}
