@@ -110,8 +110,8 @@ def _quality_rows(a, dev, stage, log, folder) -> list[dict]:
                "rate": {k: m["ntc"]["rate"][k] for k in ("bpp", "requested_bpp", "gpu_resident_bytes")},
                "mip_psnr": m["ntc"]["mip_psnr_db"], "training": m["ntc"]["training"],
                "latents": {k: m["ntc"]["latents"][k] for k in ("grid_width", "grid_height", "features", "mode")}}
-        row["constant"] = [r for r, v in row["bcn_full"].items() if v > 50.0]
-        row["margin_db"] = {r: round(row["psnr"][r] - row["bcn_same_bytes"][r], 3)
+        row["constant"] = [r for r, v in row["bcn_full"].items() if float(v) > 50.0]  # "inf" is a string in JSON
+        row["margin_db"] = {r: round(float(row["psnr"][r]) - float(row["bcn_same_bytes"][r]), 3)
                             for r in row["psnr"] if r not in row["constant"]}
         row["gap_to_full_bcn_db"] = round(row["bcn_full_set"] - row["set_psnr"], 3)
         rows.append(row)
@@ -136,7 +136,7 @@ def speed(a, dev) -> dict:
     point = choose(w, h, c, a.big_bpp, hidden=64, layers=2, bits=4, pe_octaves=3)
     t0 = time.perf_counter()
     obj = LatentTextureFit(dev, mat.image, point.grid, normal_channel=mat.normal_channel)
-    tr = Trainer(dev, point.network, obj, TrainConfig(steps=a.big_steps, batch=1 << 18, optimizer=Adam(lr=5e-3),
+    tr = Trainer(dev, point.network, obj, TrainConfig(steps=a.big_steps, batch=a.big_batch, optimizer=Adam(lr=5e-3),
                                                       schedule="cosine", steps_per_submit=50))
     curve = []
     train_s = 0.0
@@ -156,7 +156,8 @@ def speed(a, dev) -> dict:
     set_final = curve[-1]["set_psnr"]
     set_preview = next(p for p in curve if p["set_psnr"] >= set_final - 1.5)
     return {"final_set_psnr": set_final, "set_within_1p5db_s": set_preview["train_s"],
-            "set_within_1p5db_step": set_preview["step"],"size": a.big, "bpp": point.bpp, "steps": a.big_steps, "batch": 1 << 18, "ms_per_step": round(ms, 4),
+            "set_within_1p5db_step": set_preview["step"],
+            "size": a.big, "bpp": point.bpp, "steps": a.big_steps, "batch": a.big_batch, "ms_per_step": round(ms, 4),
             "final_mean_psnr": final, "time_to_final_s": curve[-1]["train_s"],
             "preview_within_1p5db_s": preview["train_s"], "preview_step": preview["step"], "curve": curve,
             "wall_s": round(time.perf_counter() - t0, 2)}
@@ -198,6 +199,7 @@ def main() -> int:
     p.add_argument("--big-bpp", type=float, default=8.0)
     p.add_argument("--big-steps", type=int, default=20000)
     p.add_argument("--check", type=int, default=1000)
+    p.add_argument("--big-batch", type=int, default=1 << 18)
     p.add_argument("--out", default=str(ROOT / "bench" / "out" / "ntc.json"))
     p.add_argument("--extra-seeds", type=int, nargs="*", default=[1, 2],
                    help="also materials from scripts/make_assets.py --seed S (3 per seed)")
@@ -207,9 +209,10 @@ def main() -> int:
                    help="CPU check: 64^2 crops, one extra seed, 4 and 16 bpp, 100 steps, tiny decoder, --big 128")
     a = p.parse_args()
     if a.small:
-        a.size, a.extra_seeds, a.bpp, a.steps, a.batch = 64, a.extra_seeds[:1], [4, 16], 100, 4096
+        a.size, a.extra_seeds, a.steps, a.batch = 64, a.extra_seeds[:1], 100, 4096
+        a.bpp = [4, 16] if a.bpp else []
         a.param += ["hidden=16", "layers=1"]
-        a.big, a.big_steps, a.check, a.big_bpp = 128, 100, 50, 16.0
+        a.big, a.big_steps, a.check, a.big_bpp, a.big_batch = 128, 100, 50, 16.0, 4096
     dev = open_device(a.device)
     print(f"device: {dev.info.adapter} ({dev.info.backend}, cooperative vectors {dev.coopvec})", flush=True)
     result = {"benchmark": "ntc", "device": dev.info.to_dict(), "steps": a.steps, "batch": a.batch}
