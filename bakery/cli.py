@@ -27,6 +27,11 @@ class _Group(click.Group):
         except BakeryError as e:
             click.echo(f"bakery: error: {e.one_line()}", err=True)
             sys.exit(e.exit_code)
+        except OSError as e:  # read-only or full disk outside a task: one line, not a traceback
+            from bakery.pipeline.safety import filesystem_error
+
+            click.echo(f"bakery: error: {filesystem_error(e).one_line()}", err=True)
+            sys.exit(filesystem_error(e).exit_code)
 
 
 @click.group(cls=_Group)
@@ -78,6 +83,8 @@ def run(stage, inputs, out_dir, param_items, seed, device_kind):
     """Run one stage once: bakery run STAGE INPUT... -o OUT [--param k=v]."""
     from bakery.device import open_device
     from bakery.errors import UsageError
+    from bakery.pipeline.config import role_files
+    from bakery.pipeline.safety import check_bundle_target, sigterm_as_interrupt
     from bakery.pipeline.task import run_task
     from bakery.progress import progress
     from bakery.stages import StageInput, get_stage
@@ -88,14 +95,17 @@ def run(stage, inputs, out_dir, param_items, seed, device_kind):
     resolve_params(stage_cls.params, _parse_params(param_items), key_prefix="--param")
     roles = stage_cls.input_roles
     if len(inputs) == 1 and Path(inputs[0]).is_dir() and len(roles) > 1:
-        files = {p.stem: p for p in sorted(Path(inputs[0]).iterdir()) if p.stem in roles}
+        files = role_files(Path(inputs[0]), roles)
     elif len(inputs) == len(roles):
         files = dict(zip(roles, map(Path, inputs)))
     else:
         raise UsageError(f"{stage} takes {len(roles)} input(s): {', '.join(roles)}", key="INPUTS")
+    if not files:
+        raise UsageError(f"holds no file named by a role ({', '.join(roles)})", where=inputs[0], key="INPUTS")
     for role, path in files.items():
         if not Path(path).exists():
             raise UsageError("file not found", where=str(path), key=role)
+    check_bundle_target(out_dir)
     name = Path(inputs[0]).stem
     bar, shown = None, 0
 
@@ -111,11 +121,15 @@ def run(stage, inputs, out_dir, param_items, seed, device_kind):
             bar, shown = progress(total or done, f"{stage} {name}"), 0
         bar.update(done - shown)
         shown = done
+        if info:  # e.g. the fit stage's current loss
+            bar.set_postfix_str(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                         for k, v in info.items()))
 
     log = logging.getLogger("bakery.run")
-    manifest = run_task(stage_cls, [StageInput(name=name, files=files)], _parse_params(param_items), seed=seed,
-                        device_provider=lambda: open_device(device_kind), out_dir=out_dir, log=log,
-                        progress=report, where=stage)
+    with sigterm_as_interrupt():  # CI cancels with SIGTERM: clean up like Ctrl-C
+        manifest = run_task(stage_cls, [StageInput(name=name, files=files)], _parse_params(param_items),
+                            seed=seed, device_provider=lambda: open_device(device_kind), out_dir=out_dir,
+                            log=log, progress=report, where=stage)
     if bar is not None:
         bar.close()
     metrics = ", ".join(f"{k} {v}" for k, v in manifest.get("metrics", {}).items())

@@ -145,8 +145,10 @@ def probe_device_class(kind: str) -> str | None:
         return None
 
 
-def _create(kind: str, cache_dir: Path | None, portable: bool = False):
+def _create(kind: str, cache_dir: Path | None, portable: bool = False, gpu_uuid: str | None = None):
     import slangpy as spy
+
+    from bakery.gpus import pick_adapter
 
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
     type_ = {"vulkan": spy.DeviceType.vulkan, "software": spy.DeviceType.vulkan,
@@ -157,15 +159,10 @@ def _create(kind: str, cache_dir: Path | None, portable: bool = False):
     adapters = spy.Device.enumerate_adapters(type_)
     if not adapters:
         raise RuntimeError(f"no {kind} adapter")
-    want_software = kind == "software"
-    # Pick the adapter: hardware first, unless software was asked for explicitly.
-    chosen = None
-    for a in adapters:
-        if _is_software(a.name) == want_software:
-            chosen = a
-            break
-    if chosen is None:
-        raise RuntimeError(f"no {'software' if want_software else 'hardware'} {type_.name} adapter")
+    # Hardware first, unless software was asked for; a pinned Vulkan GPU by its UUID
+    # (CUDA devices already honour CUDA_VISIBLE_DEVICES).
+    chosen = pick_adapter(adapters, software=kind == "software",
+                          gpu_uuid=gpu_uuid if kind == "vulkan" else None)
     dev = spy.Device(adapter_luid=chosen.luid, **opts)
     return Device(dev, "cuda" if kind == "cuda" else "vulkan", portable=portable)
 
@@ -177,25 +174,25 @@ def _cuda_driver_present() -> bool:
     return ctypes.util.find_library("cuda") is not None
 
 
-def _try(kind: str, cache_dir, portable: bool = False):
+def _try(kind: str, cache_dir, portable: bool = False, gpu_uuid: str | None = None):
     if kind == "cuda" and not _cuda_driver_present():
         return None
     try:
-        return _create(kind, cache_dir, portable)
+        return _create(kind, cache_dir, portable, gpu_uuid)
     except Exception:  # noqa: BLE001 - absence of a backend is an expected outcome here
         return None
 
 
 @functools.lru_cache(maxsize=None)
-def _open_cached(kind: str, cache_dir: str | None, portable: bool) -> Device:
+def _open_cached(kind: str, cache_dir: str | None, portable: bool, gpu_uuid: str | None = None) -> Device:
     if kind not in DEVICE_KINDS:
         raise UsageError(f"unknown device {kind!r} (known: {', '.join(DEVICE_KINDS)})", key="--device")
     if kind != "auto":
-        dev = _try(kind, cache_dir, portable)
+        dev = _try(kind, cache_dir, portable, gpu_uuid)
         if dev is None:
             raise DeviceError(f"cannot open a {kind} device; {INSTALL_HINT}", key="--device")
         return dev
-    hw = _try("vulkan", cache_dir, portable)
+    hw = _try("vulkan", cache_dir, portable, gpu_uuid)
     if hw is not None and (hw.coopvec or portable):
         return hw
     other = hw or _try("cuda", cache_dir, portable) or _try("software", cache_dir, portable)
@@ -204,12 +201,14 @@ def _open_cached(kind: str, cache_dir: str | None, portable: bool) -> Device:
     return other
 
 
-def open_device(kind: str = "auto", *, cache_dir: Path | None = None, portable: bool = False) -> Device:
+def open_device(kind: str = "auto", *, cache_dir: Path | None = None, portable: bool = False,
+                gpu_uuid: str | None = None) -> Device:
     """Opens (once per process) the device for ``kind``: auto, vulkan, cuda or software.
 
-    ``portable`` forces the fp32 backend even on a device with cooperative vectors.
+    ``portable`` forces the fp32 backend even on a device with cooperative vectors;
+    ``gpu_uuid`` pins a Vulkan device to that GPU (a cluster worker's, bakery.gpus).
     """
-    return _open_cached(kind, str(cache_dir) if cache_dir else None, portable)
+    return _open_cached(kind, str(cache_dir) if cache_dir else None, portable, gpu_uuid)
 
 
 def list_devices(cache_dir: Path | None = None) -> list[DeviceInfo]:

@@ -1,11 +1,15 @@
 """Benchmark: bakery's neural-texture fit against the PyTorch peer, same GPU, same job.
 
 Reference network: UV -> frequency encoding (3 octaves, 12 inputs) -> 3 x 64 ReLU -> 3,
-MSE, Adam (lr 5e-3), 1024^2 procedural target, batch 2^18. Both sides run 20 warm-up
-steps then ``--steps`` timed steps; PSNR is over the whole image after equal steps.
-Prints a table and writes JSON (bench/out/train_texture.json).
+MSE, Adam (lr 5e-3), 1024^2 procedural target, at each batch of --batches (default 2^16,
+2^18, 2^20). Every side runs 20 warm-up steps then ``--steps`` timed steps; PSNR is over
+the whole image after equal steps. The peer (PyTorch, torch_peer.py) runs in each of its
+modes (fp32 eager, torch.compile, bf16 autocast) and bakery is compared against the
+fastest of them at each batch. Prints the device, the settings and a table per batch;
+writes JSON (bench/out/train_texture.json).
 
     python3 bench/train_texture.py [--device vulkan] [--steps 1000] [--peer .device/torch_peer.py]
+    python3 bench/train_texture.py --device software --small     (CPU smoke test, no peer)
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bakery.device import open_device  # noqa: E402
+from bakery.nn import parameters  # noqa: E402
 from bakery.formats.images import encode_png, to_uint8  # noqa: E402
 from bakery.nn.encodings import FrequencyEncoding  # noqa: E402
 from bakery.nn.network import NetworkSpec  # noqa: E402
@@ -48,6 +53,9 @@ def float_psnr(pred: np.ndarray, target: np.ndarray) -> float:
     return 10 * math.log10(1 / max(mse, 1e-12))
 
 
+PEER_MODES = {"eager": [], "compile": ["--compile"], "amp": ["--amp"]}
+
+
 def run_bakery(a, target: np.ndarray) -> dict:
     t_start = time.perf_counter()
     dev = open_device(a.device, portable=a.portable)
@@ -65,26 +73,28 @@ def run_bakery(a, target: np.ndarray) -> dict:
     for _ in range(5):
         obj.decode(tr)
     decode_ms = (time.perf_counter() - t_dec) / 5 * 1e3
-    return {"impl": "bakery", "device": dev.info.to_dict(), "batch": a.batch, "steps": a.steps + WARMUP,
+    extra = {"loss_scale_end": tr.store.loss_scale(), "reduction": tr.store.reduction.__dict__} if dev.coopvec else {}
+    return {"impl": "bakery" + ("" if dev.coopvec else " (portable)"), "device": dev.info.to_dict(),
+            "batch": a.batch, "steps": a.steps + WARMUP, **extra,
             "ms_per_step": round(dt * 1e3, 4), "samples_per_s": round(a.batch / dt),
             "psnr_db": round(float_psnr(pred, target), 3), "decode_ms_full_image": round(decode_ms, 3),
             "wall_s": round(time.perf_counter() - t_start, 3)}
 
 
-def run_peer(a, image_path: Path) -> dict | None:
+def run_peer(a, image_path: Path, mode: str) -> dict | None:
     peer = Path(a.peer)
     if not peer.is_file():
         print(f"peer not found at {peer}; skipping it", file=sys.stderr)
         return None
     cmd = [sys.executable, str(peer), "--image", str(image_path), "--batch", str(a.batch), "--steps",
            str(a.steps), "--width", str(a.width), "--layers", str(a.layers), "--octaves", str(a.octaves),
-           "--lr", str(a.lr)]
+           "--lr", str(a.lr), *PEER_MODES[mode]]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
-        print(out.stderr[-2000:], file=sys.stderr)
+        print(f"peer ({mode}) failed:", out.stderr[-2000:], file=sys.stderr)
         return None
     row = json.loads(out.stdout.strip().splitlines()[-1])
-    row["impl"] = "pytorch"
+    row["impl"] = f"pytorch {mode}"
     return row
 
 
@@ -93,7 +103,7 @@ def main() -> int:
     p.add_argument("--device", default="auto")
     p.add_argument("--portable", action="store_true", help="force the fp32 backend")
     p.add_argument("--size", type=int, default=1024)
-    p.add_argument("--batch", type=int, default=1 << 18)
+    p.add_argument("--batches", type=int, nargs="+", default=[1 << 16, 1 << 18, 1 << 20])
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--width", type=int, default=64)
     p.add_argument("--layers", type=int, default=3)
@@ -101,30 +111,53 @@ def main() -> int:
     p.add_argument("--lr", type=float, default=5e-3)
     p.add_argument("--steps-per-submit", type=int, default=50)
     p.add_argument("--peer", default=str(ROOT / ".device" / "torch_peer.py"))
+    p.add_argument("--peer-modes", nargs="*", default=list(PEER_MODES), choices=list(PEER_MODES))
     p.add_argument("--no-peer", action="store_true")
+    p.add_argument("--small", action="store_true", help="CPU smoke test: 128^2, batch 4096, 20 steps, no peer")
+    p.add_argument("--reduction", help="CoopVec gradient reduction: JSON, or bench/grad_reduction.py's output file")
     p.add_argument("--out", default=str(ROOT / "bench" / "out" / "train_texture.json"))
     a = p.parse_args()
+    if a.reduction:
+        print(f"gradient reduction: {parameters.use_reduction(a.reduction)}")
+    if a.small:
+        a.size, a.batches, a.steps, a.no_peer = 128, [4096], 20, True
 
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     target = procedural_target(a.size)
     image_path = out.parent / "train_texture_target.png"
     image_path.write_bytes(encode_png(target))
-    target = to_uint8(target).astype(np.float32) / 255.0  # both sides fit the same 8-bit PNG
+    target = to_uint8(target).astype(np.float32) / 255.0  # every side fits the same 8-bit PNG
 
-    rows = [run_bakery(a, target)]
-    if not a.no_peer:
-        peer = run_peer(a, image_path)
-        if peer:
-            rows.append(peer)
-    print(f"{'impl':8} {'ms/step':>9} {'Msamples/s':>11} {'PSNR dB':>8} {'wall s':>7}")
-    for r in rows:
-        print(f"{r['impl']:8} {r['ms_per_step']:9.3f} {r['samples_per_s'] / 1e6:11.1f} {r['psnr_db']:8.2f} {r['wall_s']:7.1f}")
-    result = {"benchmark": "train_texture", "rows": rows}
-    if len(rows) == 2:
-        result["speedup_vs_peer"] = round(rows[0]["samples_per_s"] / rows[1]["samples_per_s"], 3)
-        result["psnr_gap_db"] = round(rows[0]["psnr_db"] - rows[1]["psnr_db"], 3)
-        print(f"speed-up vs PyTorch: {result['speedup_vs_peer']}x, PSNR gap {result['psnr_gap_db']:+.2f} dB")
+    dev = open_device(a.device, portable=a.portable)
+    print(f"device: {dev.info.adapter} ({dev.info.backend}, cooperative vectors {dev.coopvec})")
+    print(f"settings: {a.size}^2 procedural target (8-bit PNG), 12 -> {a.layers}x{a.width} relu -> 3, MSE, "
+          f"Adam lr {a.lr}, {WARMUP} warm-up + {a.steps} timed steps, batches {a.batches}, "
+          f"peer modes {[] if a.no_peer else a.peer_modes}", flush=True)
+    tables = []
+    for batch in a.batches:
+        a.batch = batch
+        rows = [run_bakery(a, target)]
+        peers = [] if a.no_peer else [r for m in a.peer_modes if (r := run_peer(a, image_path, m))]
+        rows += peers
+        table = {"batch": batch, "rows": rows}
+        print(f"\nbatch {batch}:\n{'impl':18} {'ms/step':>9} {'Msamples/s':>11} {'PSNR dB':>8} {'wall s':>7}")
+        for r in rows:
+            print(f"{r['impl']:18} {r['ms_per_step']:9.3f} {r['samples_per_s'] / 1e6:11.1f} {r['psnr_db']:8.2f} "
+                  f"{r['wall_s']:7.1f}")
+        if peers:
+            fastest = max(peers, key=lambda r: r["samples_per_s"])
+            table["fastest_peer"] = fastest["impl"]
+            table["speedup_vs_fastest_peer"] = round(rows[0]["samples_per_s"] / fastest["samples_per_s"], 3)
+            table["psnr_gap_vs_fastest_peer_db"] = round(rows[0]["psnr_db"] - fastest["psnr_db"], 3)
+            table["psnr_gap_vs_best_peer_db"] = round(rows[0]["psnr_db"] - max(r["psnr_db"] for r in peers), 3)
+            print(f"speed-up vs the fastest peer ({fastest['impl']}): {table['speedup_vs_fastest_peer']}x, "
+                  f"PSNR gap {table['psnr_gap_vs_fastest_peer_db']:+.2f} dB "
+                  f"({table['psnr_gap_vs_best_peer_db']:+.2f} dB vs the best peer PSNR)", flush=True)
+        tables.append(table)
+    result = {"benchmark": "train_texture", "device": dev.info.to_dict(), "size": a.size, "steps": a.steps,
+              "warmup": WARMUP, "lr": a.lr, "width": a.width, "layers": a.layers, "octaves": a.octaves,
+              "tables": tables}
     out.write_text(json.dumps(result, indent=2))
     return 0
 

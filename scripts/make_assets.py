@@ -222,6 +222,9 @@ def main() -> None:
     tex.mkdir(parents=True, exist_ok=True)
     (tex / "rust.png").write_bytes(_png(rust(np.random.default_rng(args.seed + 10), n)))
     (tex / "wood.png").write_bytes(_png(wood(np.random.default_rng(args.seed + 11), n)))
+    from make_fit_assets import make as make_fit_examples  # scripts/ is this script's folder
+
+    make_fit_examples(args.out / "fit", 128)
     print(f"wrote sample assets to {args.out}")
 
 

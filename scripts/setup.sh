@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what bakery needs on a fresh Debian bookworm machine (run as root) and the
-# package itself (editable, with test extras). Idempotent.
+# package itself (editable, with the test and ray extras). Idempotent.
 # Without a hardware GPU driver it installs Mesa lavapipe (a CPU Vulkan device) from
 # bookworm-backports: bookworm's own Mesa 22.3 cannot create a slangpy device.
 set -euo pipefail
@@ -30,4 +30,4 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! command -v glslangVa
     || echo "setup: glslang-tools not installed; the GLSL/HLSL compile tests will skip" >&2
 fi
 
-python3 -m pip install -q --disable-pip-version-check -e '.[test]'
+python3 -m pip install -q --disable-pip-version-check -e '.[test,ray]'

@@ -1,4 +1,4 @@
-"""`bakery inspect` / `bakery verify`: output, exit code 2 and a one-line error on bad bundles."""
+"""`bakery inspect` / `bakery verify`: output, exit codes (inspect 2, verify 1) and a one-line error on bad bundles."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def test_verify_tree(tmp_path):
     (tmp_path / "out/fit/b/latents.ktx2").write_bytes(b"junk")
     aside_path(tmp_path / "out/fit/c").mkdir()
     r = CliRunner().invoke(verify_cmd, [str(tmp_path / "out")])
-    assert r.exit_code == 2 and "1 ok, 2 bad" in r.output
+    assert r.exit_code == 1 and "1 ok, 2 bad" in r.output
     assert "FAIL" in r.output and "latents.ktx2" in r.output and "interrupted publish" in r.output
     assert len(r.stderr.strip().splitlines()) == 1
     empty = tmp_path / "empty"

@@ -106,7 +106,7 @@ def test_wrong_magic_behind_a_valid_checksum(tmp_path):
 
 def test_manifest_network_disagreeing_with_weights_header(tmp_path):
     write_full_bundle(tmp_path / "b")
-    _rewrite_manifest(tmp_path / "b", lambda m: m["network"]["layers"][0].update(out=17))
+    _rewrite_manifest(tmp_path / "b", lambda m: m["networks"]["decoder"]["layers"][0].update(out=17))
     with pytest.raises(BundleError, match="weights.bin: layer sizes"):
         read_bundle(tmp_path / "b")
 
@@ -202,3 +202,21 @@ def test_fuzz_reader_only_raises_bundle_error(tmp_path):
             pytest.fail(f"case {case}: {type(e).__name__}: {e}")
         assert not must_fail, f"case {case}: damaged bundle was accepted"
     assert refused > 300
+
+
+def test_several_named_networks_round_trip(tmp_path):
+    encoder = NetworkSpec(FrequencyEncoding(2, 2), (8,), 4)
+    w = BundleWriter(tmp_path / "b")
+    w.write_weights("encoder.bin", encoder, encoder.init_params(1), network="encoder")
+    w.write_weights("weights.bin", SPEC, SPEC.init_params(2))  # the decoder
+    with pytest.raises(ValueError, match="written twice"):
+        w.write_weights("again.bin", SPEC, SPEC.init_params(2), network="encoder")
+    w.finalize(dict(FIELDS))
+    b = read_bundle(tmp_path / "b")
+    assert sorted(b.networks) == ["decoder", "encoder"]
+    assert b.networks["encoder"][0] == encoder and b.network == SPEC
+    assert sorted(b.by_role("weights")) == ["encoder.bin", "weights.bin"]
+    # each network is checked against its own file
+    _rewrite_manifest(tmp_path / "b", lambda m: m["networks"]["encoder"].update(weights_bytes=1))
+    with pytest.raises(BundleError, match="networks.encoder.weights_bytes"):
+        read_bundle(tmp_path / "b")

@@ -32,13 +32,13 @@ def test_manifest_lists_every_file_with_size_and_hash(tmp_path):
     m = make_bundle(tmp_path / "b")
     on_disk = json.loads((tmp_path / "b" / "manifest.json").read_text())
     assert on_disk == m
-    assert m["schema_version"] == 1 and m["seed"] == 7 and m["stage"]["type"] == "demo"
+    assert m["schema_version"] == 2 and m["seed"] == 7 and m["stage"]["type"] == "demo"
     assert [f["name"] for f in m["files"]] == ["extra/info.json", "latents.dds", "preview.png", "weights.bin"]
     for f in m["files"]:
         data = (tmp_path / "b" / f["name"]).read_bytes()
         assert f["bytes"] == len(data) and f["sha256"] == hashlib.sha256(data).hexdigest()
     assert m["metrics"] == {"psnr": 31.25, "lossless": "inf"}
-    net = m["network"]
+    net = m["networks"]["decoder"]
     assert net["file"] == "weights.bin" and net["dtype"] == "float16"
     assert [(l["in"], l["out"], l["activation"]) for l in net["layers"]] == [(8, 8, "relu"), (8, 3, "identity")]
     assert all(l["weight_offset"] % 64 == 0 and l["bias_offset"] % 16 == 0 for l in net["layers"])

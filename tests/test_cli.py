@@ -43,7 +43,7 @@ def test_run_neural_texture_writes_a_bundle(device, image, tmp_path):
     assert manifest["stage"]["type"] == "neural_texture"
     assert manifest["device"]["adapter"] == device.info.adapter
     assert 15.0 < manifest["metrics"]["psnr_db"] < 60.0
-    assert [l["out"] for l in manifest["network"]["layers"]] == [16, 3]
+    assert [l["out"] for l in manifest["networks"]["decoder"]["layers"]] == [16, 3]
     names = {f["name"] for f in manifest["files"]}
     assert {"weights.bin", "preview.png", "decoder.onnx", "decoder.slang"} <= names
     r = _run("verify", out)
@@ -85,12 +85,14 @@ def test_bad_input_is_one_line_exit_2_nothing_written(case, image, tmp_path):
 
 @pytest.mark.parametrize("command", [["devices"], ["run", "neural_texture", "IMAGE", "-o", "OUT"]])
 def test_no_vulkan_driver_says_what_to_install(command, image, tmp_path):
-    """A machine without any Vulkan driver: one line naming what to install, exit 2."""
+    """A machine without any GPU driver: one line naming what to install, exit 2.
+    (On a GPU machine CUDA would otherwise stand in for Vulkan: hide its devices too.)"""
     import os
     import subprocess
     import sys
 
-    env = dict(os.environ, VK_DRIVER_FILES=str(tmp_path / "none.json"), VK_ICD_FILENAMES=str(tmp_path / "none.json"))
+    env = dict(os.environ, VK_DRIVER_FILES=str(tmp_path / "none.json"), VK_ICD_FILENAMES=str(tmp_path / "none.json"),
+               CUDA_VISIBLE_DEVICES="")
     args = [str(image) if a == "IMAGE" else str(tmp_path / "out") if a == "OUT" else a for a in command]
     r = subprocess.run([sys.executable, "-m", "bakery", *args], env=env, capture_output=True, text=True)
     assert r.returncode == 2

@@ -6,6 +6,7 @@ Runs only where the device has cooperative vectors (NVIDIA, Vulkan); skipped on 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from bakery.nn.encodings import FrequencyEncoding
 from bakery.nn.network import NetworkSpec
@@ -34,12 +35,29 @@ def test_coopvec_forward_matches_reference(coopvec_device):
     assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 5e-3
 
 
-def test_coopvec_gradients_match_reference(coopvec_device):
-    spec, params, image, obj, trainer = _setup(coopvec_device, "leaky_relu")
+@pytest.mark.parametrize("batch", [BATCH, 1 << 18])
+def test_coopvec_gradients_match_reference(coopvec_device, batch):
+    """Per layer, at a small and a production batch (fp32 sums, no 1/batch in fp16)."""
+    spec, params, image, obj, _ = _setup(coopvec_device, "leaky_relu")
+    trainer = Trainer(coopvec_device, spec, obj, TrainConfig(batch=batch, seed=SEED), params=params)
     got = trainer.accumulate_gradients()
-    t = batch_texels(SEED, 0, BATCH, W, H)
+    t = batch_texels(SEED, 0, batch, W, H)
     ref, _ = mse_gradients(spec, params, texel_uv(t, W, H), image.reshape(-1, 3)[t])
-    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 2e-2
+    for l in spec.layers:
+        sl = slice(l.weight_offset, l.bias_offset + l.n_out)
+        assert np.linalg.norm(got[sl] - ref[sl]) / np.linalg.norm(ref[sl]) < 1e-2, l
+
+
+def test_loss_scale_overflow_skips_the_step_and_halves(coopvec_device):
+    spec, params, image, obj, trainer = _setup(coopvec_device)
+    trainer.store.reset_loss_scale(trainer.store.loss_norm, scale=2.0 ** 30)  # overflows fp16
+    trainer.train(1)
+    np.testing.assert_array_equal(trainer.params(), params)
+    assert trainer.store.loss_scale() == 2.0 ** 29
+    trainer.store.reset_loss_scale(trainer.store.loss_norm, scale=1024.0)
+    trainer.train(1)
+    assert not np.array_equal(trainer.params(), params)
+    assert trainer.store.loss_scale() == 1024.0
 
 
 def test_coopvec_training_matches_portable(coopvec_device):

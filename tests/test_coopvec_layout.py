@@ -1,8 +1,9 @@
 """The CoopVec parameter layout logic on the CPU, against a stand-in device whose
 'TrainingOptimal' layout is a known permutation with padding (column-major tiles of 8
 rows, padded to 16 columns): every canonical parameter must land in exactly one slot,
-uploads must place fp16 weights where the layout puts them, and the gradient reader must
-sum the slices back into canonical order. The real layouts are checked on the GPU by
+uploads must place fp16 weights where the layout puts them, the gradient reader must sum
+the workgroups' slices and divide out the loss scale, and every weight must belong to
+exactly one thread's accumulators. The real layouts are checked on the GPU by
 test_coopvec.py."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import pytest
 
 from bakery.nn.encodings import FrequencyEncoding
 from bakery.nn.network import NetworkSpec
-from bakery.nn.parameters import COOPVEC_GRAD_SLICES, FP32_FLAG, ParameterStore
+from bakery.nn.parameters import CoopVecReduction, ParameterStore
 
 spy = pytest.importorskip("slangpy")
 
@@ -85,18 +86,39 @@ def test_upload_places_fp16_weights_by_the_layout(store):
     assert (store.download() == params).all()
 
 
-def test_gradient_slices_sum_to_canonical_order(store):
+def test_gradient_slices_sum_and_unscale():
+    spec = NetworkSpec(FrequencyEncoding(2, 3), (24, 40), 3)
+    store = ParameterStore(_FakeDevice(), spec, reduction=CoopVecReduction(mode="slices"))
     n = store.spec.param_count
     rng = np.random.default_rng(0)
-    grads = rng.normal(0, 1, (COOPVEC_GRAD_SLICES, n)).astype(np.float16)
-    raw = np.zeros((COOPVEC_GRAD_SLICES, store.slice_bytes), np.uint8)
-    pos = store.grad_pos.to_numpy().view(np.uint32)[:n]
-    is32 = (pos & FP32_FLAG) != 0
-    off = pos & ~np.uint32(FP32_FLAG)
-    for s in range(COOPVEC_GRAD_SLICES):
-        raw[s].view(np.float16)[off[~is32] // 2] = grads[s, ~is32]
-        raw[s].view(np.float32)[off[is32] // 4] = grads[s, is32].astype(np.float32)
-    store.grads32.copy_from_numpy(raw)
-    expect = grads.astype(np.float64).sum(0) * store.grad_scale
-    np.testing.assert_allclose(store.gradients(), expect, rtol=1e-12)
-    assert is32.sum() == sum(l.n_out for l in store.spec.layers)  # exactly the biases are fp32
+    store.groups = 7
+    parts = rng.normal(0, 1, (store.reduction.max_groups, n)).astype(np.float32)
+    store.grad_parts.copy_from_numpy(parts)
+    store.reset_loss_scale(norm=4096.0, scale=512.0)
+    expect = parts[:7].astype(np.float64).sum(0) / (512.0 * 4096.0)
+    np.testing.assert_allclose(store.gradients(), expect, rtol=1e-6)
+
+
+@pytest.mark.parametrize("group", [64, 128, 256])
+@pytest.mark.parametrize("staging,mode", [("coopvec", "slices"), ("packed", "atomic"), ("coopvec", "splitk")])
+def test_every_weight_has_one_accumulating_thread(group, staging, mode):
+    """The ownership rule of bk_accumulate_layer/bk_store_layer covers each weight once."""
+    spec = NetworkSpec(FrequencyEncoding(2, 3), (24, 40), 3)
+    red = CoopVecReduction(group=group, stage=64, staging=staging, mode=mode)
+    store = ParameterStore(_FakeDevice(), spec, reduction=red)
+    total = 0
+    for l in spec.layers:
+        ci = -(-l.n_in // (group // l.n_out))
+        if red.chunked:  # whole groups of 8 inputs
+            ci = -(-ci // 8) * 8
+        groups = -(-l.n_in // ci) if red.chunked else group // l.n_out
+        assert groups <= group // l.n_out
+        seen = np.zeros((l.n_out, l.n_in), int)
+        for t in range(groups * l.n_out):
+            o, i0 = t % l.n_out, (t // l.n_out) * ci
+            for c in range(ci):
+                if i0 + c < l.n_in:
+                    seen[o, i0 + c] += 1
+        assert (seen == 1).all()
+        total += ci + 1
+    assert store.acc_count == total

@@ -64,15 +64,16 @@ def test_input_gradients_match_numpy(device):
 
     store = ParameterStore(device, spec)
     store.upload(params)
-    src = ('#include "nn/mlp.slang"\n' + network_source(spec, store.linear_args) + """
+    src = (store.defines() + '#include "nn/mlp.slang"\n' + network_source(spec, store.linear_args) + """
 #include "nn/losses.slang"
 StructuredBuffer<float> g_x; StructuredBuffer<float> g_t; RWStructuredBuffer<float> g_dx;
 [Differentiable] float sample_loss(float[2] x, no_diff float[3] t) {
     float[3] w = {1.0, 1.0, 1.0};
     return bk_loss_l2<3>(Network.forward(x), t, w);
 }
-[shader("compute")][numthreads(64, 1, 1)]
-void input_grad(uint3 tid: SV_DispatchThreadID, uniform uint n, uniform float scale) {
+[shader("compute")][numthreads(BK_GROUP, 1, 1)]
+void input_grad(uint3 tid: SV_DispatchThreadID, uint3 gtid: SV_GroupThreadID, uniform uint n, uniform float scale) {
+    bk_train_begin(gtid.x);
     uint i = min(tid.x, n - 1);
     float[2] x = { g_x[2 * i], g_x[2 * i + 1] };
     float[3] t = { g_t[3 * i], g_t[3 * i + 1], g_t[3 * i + 2] };
@@ -88,4 +89,4 @@ void input_grad(uint3 tid: SV_DispatchThreadID, uniform uint n, uniform float sc
     device.wait()
     got = bdx.to_numpy().view(np.float32)[: 2 * n].reshape(n, 2)
     _, ref = mse_gradients(spec, params, x, target)
-    assert _rel(got, ref) < 1e-4
+    assert _rel(got, ref) < (2e-2 if device.coopvec else 1e-4)  # fp16 vectors on CoopVec

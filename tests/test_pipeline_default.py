@@ -44,5 +44,7 @@ def test_default_pipeline_validates():
     tasks = build_tasks(pipe)
     assert {t.id for t in tasks} == {"texture/textures/rust", "texture/textures/wood",
                                      "compress/materials/bricks", "compress/materials/cobblestones",
-                                     "compress/materials/tiles"}
+                                     "compress/materials/tiles", "shader_fit/fits/brightness",
+                                     "shader_fit/fits/rainbow", "mips/materials/bricks",
+                                     "mips/materials/cobblestones", "mips/materials/tiles"}
     assert pipe.out == REPO / "out" and pipe.cache == REPO / ".bakery-cache"

@@ -87,7 +87,9 @@ def test_sigkill_mid_task_keeps_previous_outputs_and_rerun_succeeds(tmp_path):
 
 
 def test_concurrent_bakes_are_serialised(tmp_path):
-    make_project(tmp_path, SLEEP_TOML.format(seconds=1.0, tag="x"), images=("a",))
+    # The first bake must still hold the lock when the second process, started after it,
+    # reaches it: a Python start with slangpy takes over a second on some machines (the GPU one).
+    make_project(tmp_path, SLEEP_TOML.format(seconds=5.0, tag="x"), images=("a",))
     started = tmp_path / "started"
     first = _bake_proc(tmp_path, started=started)
     _wait_for(started, first)

@@ -1,8 +1,9 @@
 """The one writer every stage uses for its output folder, and its atomic publish.
 
 A bundle is a folder: ``manifest.json`` plus the files the stage wrote through
-:class:`BundleWriter`. The manifest lists every file with its size and sha256 and,
-for a network, its architecture and weights layout, so an engine importer can check
+:class:`BundleWriter`. The manifest lists every file with its size and sha256 and, for
+each named network (``decoder``, ``encoder``, ...), its architecture and the layout of
+its own weights file, so an engine importer can check
 everything before using it. Output is deterministic: same inputs, same bytes (no
 timestamps, sorted keys, files listed by name).
 """
@@ -22,13 +23,16 @@ from bakery.formats.publish import atomic_publish  # noqa: F401  (re-exported: t
 from bakery.formats.texture import Texture, make_texture
 from bakery.nn.network import NetworkSpec
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: "networks" by name (1 had one "network")
+#: The network a single-network stage writes, and the one generated decoders read.
+DEFAULT_NETWORK = "decoder"
 MANIFEST_NAME = "manifest.json"
 #: Keys the writer owns; stage fields may not override them.
-RESERVED_KEYS = ("schema_version", "bakery_version", "files", "network", "textures")
+RESERVED_KEYS = ("schema_version", "bakery_version", "files", "networks", "textures")
 #: Keys every manifest has (the reader refuses a manifest without them).
 REQUIRED_KEYS = ("schema_version", "bakery_version", "stage", "params", "seed", "device", "metrics", "files")
 
+_NETWORK_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*(/[A-Za-z0-9_][A-Za-z0-9_.\-]*)?$")
 TEXTURE_CONTAINERS = (".dds", ".ktx2")
 
@@ -47,7 +51,7 @@ class BundleWriter:
         self.dir = Path(staging_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._files: dict[str, dict] = {}
-        self._network: dict | None = None
+        self._networks: dict[str, dict] = {}
         self._textures: dict[str, dict] = {}
         self._finalized = False
 
@@ -74,34 +78,38 @@ class BundleWriter:
         return self.write_bytes(name, encode_png(image), role=role)
 
     # -- networks ----------------------------------------------------------------------
-    def write_weights(self, name: str, spec: NetworkSpec, params: np.ndarray, *, dtype: str = "float16") -> Path:
-        """Writes ``weights.bin`` (see bakery.formats.weights) and records the network in the manifest.
-
-        One network per bundle: a second call raises ValueError.
-        """
-        if self._network is not None:
-            raise ValueError("a bundle holds one network; write_weights was already called")
+    def write_weights(self, name: str, spec: NetworkSpec, params: np.ndarray, *, dtype: str = "float16",
+                      network: str = DEFAULT_NETWORK) -> Path:
+        """Writes one network's weights file (see bakery.formats.weights) and records it in
+        the manifest's ``networks`` under ``network``; a bundle may hold several
+        (``encoder``, ``decoder``), each in its own file."""
+        if network in self._networks:
+            raise ValueError(f"network {network!r} written twice")
+        if not _NETWORK_NAME.match(network):
+            raise ValueError(f"bad network name {network!r} (letters, digits, '_')")
         data = weights_format.encode_weights(spec, params, dtype)
         path = self.write_bytes(name, data, role="weights")
-        self._network = network_record(name, spec, dtype)
+        self._networks[network] = network_record(name, spec, dtype)
         return path
 
     def write_decoder_artifacts(self, spec: NetworkSpec, *, onnx: bool = True, shaders: Sequence[str] = ("slang", "hlsl", "glsl"),
-                                params: np.ndarray | None = None, prefix: str = "decoder") -> list[Path]:
+                                params: np.ndarray | None = None, prefix: str = "decoder",
+                                network: str = DEFAULT_NETWORK) -> list[Path]:
         """Generated decoder shaders (``decoder.slang``/``.hlsl``/``.glsl``) and ``decoder.onnx``
-        for the network written by :meth:`write_weights`. ONNX needs ``params`` and the onnx package."""
-        if self._network is None:
-            raise ValueError("write_weights first: the decoders bake in its layout")
+        for ``network``, written before by :meth:`write_weights`. ONNX needs ``params`` and the onnx package."""
+        record = self._networks.get(network)
+        if record is None:
+            raise ValueError(f"write_weights for {network!r} first: the decoders bake in its layout")
         from bakery.formats import shadergen
         written = []
         for lang in shaders:
-            text = shadergen.generate(spec, lang, dtype=self._network["dtype"])
+            text = shadergen.generate(spec, lang, dtype=record["dtype"])
             written.append(self.write_bytes(f"{prefix}.{shadergen.EXTENSIONS[lang]}", text.encode(), role="shader"))
         if onnx:
             if params is None:
                 raise ValueError("ONNX export needs the params")
             from bakery.formats.onnx_export import export_onnx_bytes
-            quant = _as_stored(params, self._network["dtype"])
+            quant = _as_stored(params, record["dtype"])
             written.append(self.write_bytes(f"{prefix}.onnx", export_onnx_bytes(spec, quant), role="onnx"))
         return written
 
@@ -143,8 +151,8 @@ class BundleWriter:
             raise ValueError(f"manifest fields may not set {', '.join(clash)}")
         manifest = {"schema_version": SCHEMA_VERSION, "bakery_version": bakery.__version__, **fields,
                     "files": [self._files[n] for n in sorted(self._files)]}
-        if self._network is not None:
-            manifest["network"] = self._network
+        if self._networks:
+            manifest["networks"] = dict(sorted(self._networks.items()))
         if self._textures:
             manifest["textures"] = dict(sorted(self._textures.items()))
         missing = [k for k in REQUIRED_KEYS if k not in manifest]
@@ -157,7 +165,7 @@ class BundleWriter:
 
 
 def network_record(weights_name: str, spec: NetworkSpec, dtype: str) -> dict:
-    """The manifest's ``network`` entry: architecture, dtype and byte layout of ``weights.bin``."""
+    """One entry of the manifest's ``networks``: architecture, dtype and byte layout of its weights file."""
     layers, total = weights_format.layout(spec, dtype)
     d = spec.to_dict()
     d["layers"] = [{**ld, "weight_offset": l.weight_offset, "bias_offset": l.bias_offset}

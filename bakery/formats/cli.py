@@ -1,7 +1,10 @@
 """``bakery inspect`` and ``bakery verify``: the reader as commands.
 
-A bad bundle ends the command with exit code 2 and one line on stderr naming the file
-(the :class:`BundleError` message), so pipeline hooks can script against it.
+``inspect`` of a bad bundle ends with exit code 2 and one line on stderr naming the file
+(the :class:`BundleError` message). ``verify`` exits 1 when a bundle under OUT is bad (a
+failed check, like a failed task) and 2 only for usage errors (OUT missing or holding no
+bundle), so pipeline hooks can script against it; ``--json`` gives the same verdict for
+machines.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from bakery.errors import EXIT_USAGE
+from bakery.errors import EXIT_TASK_FAILED, EXIT_USAGE
 from bakery.formats import canonical_json
 from bakery.formats.errors import BundleError
 from bakery.formats.reader import Bundle, find_bundles, find_interrupted, read_bundle
@@ -22,8 +25,8 @@ def _fail(ctx: click.Context, message: str) -> None:
     ctx.exit(EXIT_USAGE)
 
 
-def _network_line(b: Bundle) -> str:
-    spec, rec = b.network, b.manifest["network"]
+def _network_line(b: Bundle, name: str) -> str:
+    spec, rec = b.networks[name][0], b.manifest["networks"][name]
     enc = spec.encoding.to_dict()
     enc_text = enc["type"] + "".join(f" {k}={v}" for k, v in sorted(enc.items()) if k not in ("type", "n_inputs"))
     dims = " -> ".join(str(d) for d in [spec.n_inputs, spec.encoding.n_outputs, *(l.n_out for l in spec.layers)])
@@ -39,8 +42,8 @@ def _summary(b: Bundle) -> list[str]:
              f"schema {m['schema_version']}   bakery {m['bakery_version']}",
              f"device   {dev.get('backend', '?')} / {dev.get('adapter', '?')}"
              + ("  (software)" if dev.get("software") else "")]
-    if b.network is not None:
-        lines.append(f"network  {_network_line(b)}")
+    for name in sorted(b.networks):
+        lines.append(f"network  {name}: {_network_line(b, name)}")
     if m["metrics"]:
         lines.append("metrics  " + "  ".join(f"{k}={v}" for k, v in sorted(m["metrics"].items())))
     if m["params"]:
@@ -75,9 +78,11 @@ def inspect_cmd(ctx: click.Context, bundle: Path, as_json: bool) -> None:
 
 @click.command("verify")
 @click.argument("out", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True,
+              help='Print {"ok", "bad", "bundles": [{"path", "ok", "error"}]} instead of lines.')
 @click.pass_context
-def verify_cmd(ctx: click.Context, out: Path) -> None:
-    """Verify every bundle under OUT (checksums, headers, manifests)."""
+def verify_cmd(ctx: click.Context, out: Path, as_json: bool) -> None:
+    """Verify every bundle under OUT (checksums, headers, manifests); exit 1 if any is bad."""
     if not out.is_dir():
         _fail(ctx, f"{out}: not a folder")
         return
@@ -87,20 +92,25 @@ def verify_cmd(ctx: click.Context, out: Path) -> None:
         _fail(ctx, f"{out}: no bundles found (no manifest.json under it)")
         return
     bundles = [p for p in bundles if not any(q in leftovers for q in p.parents)]  # aside copies: reported below
-    good = bad = 0
+    results = []
     for path in bundles:
         try:
             read_bundle(path)
         except BundleError as e:
-            bad += 1
-            click.echo(f"FAIL  {e}")
+            results.append({"path": str(path), "ok": False, "error": str(e)})
         else:
-            good += 1
-            click.echo(f"ok    {path}")
+            results.append({"path": str(path), "ok": True, "error": None})
     for path in leftovers:
-        bad += 1
-        click.echo(f"FAIL  {path}: left by an interrupted publish; re-run the bake to recover it")
-    click.echo(f"{good} ok, {bad} bad")
+        results.append({"path": str(path), "ok": False,
+                        "error": f"{path}: left by an interrupted publish; re-run the bake to recover it"})
+    good = sum(r["ok"] for r in results)
+    bad = len(results) - good
+    if as_json:
+        click.echo(json.dumps({"ok": good, "bad": bad, "bundles": results}, indent=1))
+    else:
+        for r in results:
+            click.echo(f"ok    {r['path']}" if r["ok"] else f"FAIL  {r['error']}")
+        click.echo(f"{good} ok, {bad} bad")
     if bad:
         click.echo(f"error: {bad} bad bundle(s) under {out}; see the FAIL lines", err=True)
-        ctx.exit(EXIT_USAGE)
+        ctx.exit(EXIT_TASK_FAILED)

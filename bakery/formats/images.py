@@ -10,6 +10,12 @@ import numpy as np
 from bakery.errors import UsageError
 
 _MODES = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}
+#: The largest side any GPU API accepts for a 2D texture (D3D12, Vulkan's common limit):
+#: a header claiming more is a mistake or a decompression bomb, refused before decoding.
+MAX_SIDE = 16384
+#: Pillow decodes 16-bit colour PNGs to 8 bits; these raw modes keep the big-endian
+#: samples, decoded twice (high then low byte) through the same PNG unfiltering.
+_PNG16 = {"RGB;16B": "RGB", "RGBA;16B": "RGBA"}
 
 
 def load_image(path: str | Path, *, key: str | None = None) -> np.ndarray:
@@ -24,6 +30,11 @@ def load_image(path: str | Path, *, key: str | None = None) -> np.ndarray:
         raise UsageError("file not found", where=str(path), key=key)
     try:
         with Image.open(path) as im:
+            if im.width > MAX_SIDE or im.height > MAX_SIDE:
+                raise UsageError(f"image is {im.width}x{im.height}; bakery reads at most {MAX_SIDE} per side",
+                                 where=str(path), key=key)
+            if _png16_rawmode(im):
+                return _load_png16(path)
             im.load()
             if im.mode in ("I;16", "I;16B", "I;16L", "I"):
                 a = np.asarray(im, dtype=np.float32) / 65535.0
@@ -31,6 +42,8 @@ def load_image(path: str | Path, *, key: str | None = None) -> np.ndarray:
             if im.mode not in _MODES:
                 im = im.convert("RGBA" if "A" in im.getbands() else "RGB")
             a = np.asarray(im, dtype=np.float32) / 255.0
+    except Image.DecompressionBombError as e:
+        raise UsageError(f"refused: {e}", where=str(path), key=key) from None
     except (UnidentifiedImageError, OSError, ValueError) as e:
         raise UsageError(f"cannot read image ({type(e).__name__}: {e})", where=str(path), key=key) from None
     if a.ndim == 2:
@@ -38,6 +51,32 @@ def load_image(path: str | Path, *, key: str | None = None) -> np.ndarray:
     if a.shape[0] < 1 or a.shape[1] < 1:
         raise UsageError("image is empty", where=str(path), key=key)
     return np.ascontiguousarray(a)
+
+
+def _png16_rawmode(im) -> str | None:
+    """The raw mode of a 16-bit colour PNG (which Pillow would cut to 8 bits), else None."""
+    if im.format != "PNG" or len(im.tile) != 1:
+        return None
+    args = im.tile[0].args
+    raw = args[0] if isinstance(args, tuple) else args
+    return raw if raw in _PNG16 else None
+
+
+def _load_png16(path: Path) -> np.ndarray:
+    """A 16-bit RGB or RGBA PNG at full precision, as float32 in [0, 1]."""
+    from PIL import Image
+
+    halves = []
+    for order in ("B", "L"):  # read as big-endian: the high bytes; as little-endian: the low ones
+        with Image.open(path) as im:
+            tile = im.tile[0]
+            args = tile.args
+            raw = (args[0] if isinstance(args, tuple) else args)[:-1] + order
+            im.tile = [tile._replace(args=(raw, *args[1:]) if isinstance(args, tuple) else raw)]
+            im.load()
+            halves.append(np.asarray(im, dtype=np.uint16))
+    a = (halves[0] << 8 | halves[1]).astype(np.float32) / 65535.0
+    return np.ascontiguousarray(a if a.ndim == 3 else a[:, :, None])
 
 
 def to_uint8(image: np.ndarray) -> np.ndarray:
@@ -63,6 +102,17 @@ def psnr(a: np.ndarray, b: np.ndarray, peak: float = 1.0) -> float:
     qb = to_uint8(b).astype(np.float64) / 255.0
     mse = float(np.mean((qa - qb) ** 2))
     return float("inf") if mse == 0 else 10.0 * np.log10(peak * peak / mse)
+
+
+def set_psnr(values) -> float:
+    """PSNR of a texture set from the mean of its textures' MSEs (each PSNR turned back
+    into an MSE; a lossless texture counts as MSE 0). Unlike a mean of dB values it does
+    not swing with a constant map that decodes to ~110 dB one step and inf the next."""
+    values = [float(v) for v in values]
+    if not values:
+        raise ValueError("set_psnr of no textures")
+    mse = float(np.mean([0.0 if np.isinf(v) else 10.0 ** (-v / 10.0) for v in values]))
+    return float("inf") if mse == 0 else -10.0 * np.log10(mse)
 
 
 def mean_psnr(values) -> float:

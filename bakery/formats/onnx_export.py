@@ -14,7 +14,7 @@ import json
 import numpy as np
 
 import bakery
-from bakery.nn.encodings import FrequencyEncoding
+from bakery.nn import activations
 from bakery.nn.network import NetworkSpec
 
 OPSET = 17
@@ -23,15 +23,8 @@ INPUT_NAME, OUTPUT_NAME = "inputs", "outputs"
 
 
 def _activation_node(helper, name: str, src: str, dst: str):
-    if name == "relu":
-        return helper.make_node("Relu", [src], [dst])
-    if name == "leaky_relu":
-        from bakery.nn.activations import LEAKY_SLOPE
-        return helper.make_node("LeakyRelu", [src], [dst], alpha=LEAKY_SLOPE)
-    ops = {"tanh": "Tanh", "sigmoid": "Sigmoid", "exp": "Exp", "identity": "Identity"}
-    if name not in ops:
-        raise ValueError(f"no ONNX operator for activation {name!r}")
-    return helper.make_node(ops[name], [src], [dst])
+    act = activations.get(name)
+    return helper.make_node(act.onnx_op, [src], [dst], **act.onnx_attrs)
 
 
 def build_onnx_model(spec: NetworkSpec, params: np.ndarray):
@@ -45,20 +38,7 @@ def build_onnx_model(spec: NetworkSpec, params: np.ndarray):
         inits.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
         return name
 
-    h = INPUT_NAME
-    enc = spec.encoding
-    if isinstance(enc, FrequencyEncoding):
-        freqs = (2.0 * np.pi * (2.0 ** np.arange(enc.octaves))).astype(np.float32)
-        nodes += [
-            helper.make_node("Unsqueeze", [h, const("enc_axis", np.array([2], np.int64))], ["enc_x"]),
-            helper.make_node("Mul", ["enc_x", const("enc_freqs", freqs)], ["enc_arg"]),       # [N, n_in, K]
-            helper.make_node("Sin", ["enc_arg"], ["enc_sin"]),
-            helper.make_node("Cos", ["enc_arg"], ["enc_cos"]),
-            helper.make_node("Concat", ["enc_sin", "enc_cos"], ["enc_cat"], axis=2),          # [N, n_in, 2K]
-            helper.make_node("Reshape", ["enc_cat", const("enc_shape", np.array([-1, enc.n_outputs], np.int64))],
-                             ["encoded"]),
-        ]
-        h = "encoded"
+    h = spec.encoding.onnx_nodes(helper, const, INPUT_NAME, nodes)
     for i, ((w, b), layer) in enumerate(zip(spec.split(np.asarray(params, np.float32)), spec.layers)):
         out = OUTPUT_NAME if i == len(spec.layers) - 1 else f"h{i}"
         nodes.append(helper.make_node("Gemm", [h, const(f"W{i}", w.astype(np.float32)), const(f"b{i}", b.astype(np.float32))],

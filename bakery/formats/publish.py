@@ -75,6 +75,7 @@ def atomic_publish(staging_dir: Path, final_dir: Path, *, use_exchange: bool = T
     recover(final_dir)
     if final_dir.exists() and not final_dir.is_dir():
         raise NotADirectoryError(f"{final_dir} exists and is not a folder; refusing to replace it")
+    carry_foreign_files(final_dir, staging_dir)
     if not final_dir.exists():
         os.rename(staging_dir, final_dir)
     elif use_exchange and _exchange(staging_dir, final_dir):
@@ -85,6 +86,44 @@ def atomic_publish(staging_dir: Path, final_dir: Path, *, use_exchange: bool = T
         os.rename(staging_dir, final_dir)
         shutil.rmtree(aside)
     _fsync_dir(final_dir.parent)
+
+
+def bakery_written_names(bundle_dir: Path) -> set[str]:
+    """The files of a bundle that bakery wrote: manifest.json and what it lists. Empty
+    when there is no readable manifest (then nothing in the folder is known to be ours)."""
+    import json
+
+    try:
+        manifest = json.loads((Path(bundle_dir) / "manifest.json").read_bytes())
+        listed = {f["name"] for f in manifest["files"]}
+    except (OSError, ValueError, RecursionError, TypeError, KeyError):
+        return set()
+    return {"manifest.json"} | {n for n in listed if isinstance(n, str)}
+
+
+def carry_foreign_files(final_dir: Path, staging_dir: Path) -> int:
+    """Copies into ``staging_dir`` every file of ``final_dir`` that bakery did not write
+    (an engine's ``.meta`` files, notes), so publishing replaces only bakery's own files.
+    A file the new bundle also writes is bakery's to replace. Returns how many were kept."""
+    final_dir, staging_dir = Path(final_dir), Path(staging_dir)
+    if not final_dir.is_dir() or final_dir.is_symlink():
+        return 0
+    ours = bakery_written_names(final_dir)
+    kept = 0
+    for p in sorted(final_dir.rglob("*")):
+        rel = p.relative_to(final_dir).as_posix()
+        if p.is_dir() and not p.is_symlink() or rel in ours:
+            continue
+        target = staging_dir / rel
+        if target.exists() or target.is_symlink():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(p, target, follow_symlinks=False)  # same filesystem: no copy of a big file
+        except OSError:
+            shutil.copy2(p, target, follow_symlinks=False)
+        kept += 1
+    return kept
 
 
 def _umask() -> int:

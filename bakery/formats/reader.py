@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bakery.formats.bundle import MANIFEST_NAME, REQUIRED_KEYS, SCHEMA_VERSION, check_file_name
+from bakery.formats.bundle import DEFAULT_NETWORK, MANIFEST_NAME, REQUIRED_KEYS, SCHEMA_VERSION, check_file_name
 from bakery.formats.errors import BundleError
 from bakery.formats.publish import ASIDE_SUFFIX
 from bakery.formats.texture import Texture
@@ -35,14 +35,35 @@ _TEXTURE_KEYS = ("format", "width", "height", "mips", "layers")
 
 @dataclass
 class Bundle:
-    """A verified bundle: its manifest, network (if any) and textures, all in memory."""
+    """A verified bundle: its manifest, networks by name and textures, all in memory.
+
+    ``network``/``weights`` are the bundle's ``decoder`` network (or its only one), what
+    single-network stages write and generated decoders read.
+    """
 
     path: Path
     manifest: dict
     files: dict[str, bytes] = field(repr=False)
-    network: NetworkSpec | None = None
-    weights: WeightsFile | None = None
+    networks: dict[str, tuple[NetworkSpec, WeightsFile]] = field(default_factory=dict)
     textures: dict[str, Texture] = field(default_factory=dict)
+
+    def _main(self) -> tuple[NetworkSpec, WeightsFile] | tuple[None, None]:
+        if DEFAULT_NETWORK in self.networks:
+            return self.networks[DEFAULT_NETWORK]
+        return next(iter(self.networks.values())) if len(self.networks) == 1 else (None, None)
+
+    @property
+    def network(self) -> NetworkSpec | None:
+        return self._main()[0]
+
+    @property
+    def weights(self) -> WeightsFile | None:
+        return self._main()[1]
+
+    def by_role(self, role: str) -> dict[str, bytes]:
+        """The bundle's files of one role (``weights``, ``texture``, ``preview``, ...) by name."""
+        names = {e["name"] for e in self.manifest["files"] if e["role"] == role}
+        return {n: self.files[n] for n in sorted(names)}
 
     @property
     def params(self) -> np.ndarray | None:
@@ -117,9 +138,10 @@ def _read_listed_file(folder: Path, entry: dict) -> bytes:
     return data
 
 
-def _load_network(folder: Path, record, files: dict[str, bytes], where: str) -> tuple[NetworkSpec, WeightsFile]:
+def _load_network(folder: Path, record, files: dict[str, bytes], where: str,
+                  net: str) -> tuple[NetworkSpec, WeightsFile]:
     if not isinstance(record, dict) or any(k not in record for k in _NETWORK_KEYS):
-        raise BundleError(f"manifest 'network' needs keys {', '.join(_NETWORK_KEYS)}", where=where)
+        raise BundleError(f"manifest 'networks.{net}' needs keys {', '.join(_NETWORK_KEYS)}", where=where)
     name = record["file"]
     if not isinstance(name, str) or name not in files:
         raise BundleError(f"network file {name!r} is not listed in 'files'", where=where)
@@ -129,7 +151,7 @@ def _load_network(folder: Path, record, files: dict[str, bytes], where: str) -> 
         spec = NetworkSpec.from_dict(record)
         spec_layers = spec.layers
     except (KeyError, ValueError, TypeError, IndexError, AttributeError, OverflowError) as e:
-        raise BundleError(f"manifest 'network' is not a valid network description ({type(e).__name__}: {e})",
+        raise BundleError(f"manifest 'networks.{net}' is not a valid network description ({type(e).__name__}: {e})",
                           where=where) from None
     layer_records = record["layers"]
     wpath = str(folder / name)
@@ -141,9 +163,39 @@ def _load_network(folder: Path, record, files: dict[str, bytes], where: str) -> 
     for i, (lr, lay) in enumerate(zip(layer_records, weights.layers)):
         if not isinstance(lr, dict) or lr.get("weight_offset") != lay.weight_offset or lr.get("bias_offset") != lay.bias_offset:
             raise BundleError(f"layer {i} offsets differ from the manifest's network", where=wpath)
+        _check_layer_record(i, lr, lay, where, net)
+    _check_network_fields(record, spec, where, net)
     if record["weights_bytes"] != len(files[name]):
-        raise BundleError("size differs from the manifest's network.weights_bytes", where=wpath)
+        raise BundleError(f"size differs from the manifest's networks.{net}.weights_bytes", where=wpath)
     return spec, weights
+
+
+#: Every per-layer field docs/FORMAT.md section 2.1 gives, with what the header must agree on.
+_LAYER_FIELDS = {"in": "n_in", "out": "n_out", "activation": "activation",
+                 "weight_offset": "weight_offset", "bias_offset": "bias_offset"}
+
+
+def _check_layer_record(i: int, record: dict, layout, where: str, net: str) -> None:
+    """A manifest layer must carry every documented field, each agreeing with weights.bin
+    (the decoder shaders and ONNX are generated from the manifest, not the header)."""
+    for key, attr in _LAYER_FIELDS.items():
+        if key not in record:
+            raise BundleError(f"networks.{net} layer {i} is missing {key!r}", where=where)
+        value, want = record[key], getattr(layout, attr)
+        if (isinstance(want, int) and not _is_int(value)) or value != want:
+            raise BundleError(f"networks.{net} layer {i} {key!r} is {value!r} but the weights file says {want!r}",
+                              where=where)
+
+
+def _check_network_fields(record: dict, spec: NetworkSpec, where: str, net: str) -> None:
+    """The network-wide fields bakery writes, where present, must describe this layout."""
+    from bakery.formats.weights import BIAS_ALIGN, MATRIX_ALIGN
+
+    expected = {"layout": "row_major_out_in", "matrix_align": MATRIX_ALIGN, "bias_align": BIAS_ALIGN,
+                "param_count": spec.param_count}
+    for key, want in expected.items():
+        if key in record and (record[key] != want or isinstance(record[key], bool)):
+            raise BundleError(f"networks.{net} {key!r} is {record[key]!r}, expected {want!r}", where=where)
 
 
 def _load_texture(folder: Path, name: str, record, files: dict[str, bytes], where: str) -> Texture:
@@ -187,8 +239,11 @@ def read_bundle(path: str | Path) -> Bundle:
     entries = _check_file_entries(manifest["files"], where)
     files = {name: _read_listed_file(folder, e) for name, e in entries.items()}
     bundle = Bundle(folder, manifest, files)
-    if "network" in manifest:
-        bundle.network, bundle.weights = _load_network(folder, manifest["network"], files, where)
+    networks = manifest.get("networks", {})
+    if not isinstance(networks, dict):
+        raise BundleError("manifest 'networks' should be an object", where=where)
+    for name, record in networks.items():
+        bundle.networks[name] = _load_network(folder, record, files, where, name)
     textures = manifest.get("textures", {})
     if not isinstance(textures, dict):
         raise BundleError("manifest 'textures' should be an object", where=where)

@@ -15,24 +15,15 @@ import json
 
 import bakery
 from bakery.formats import weights as weights_format
-from bakery.nn.encodings import FrequencyEncoding
+from bakery.nn import activations
 from bakery.nn.network import NetworkSpec
 
 LANGUAGES = ("slang", "hlsl", "glsl")
 EXTENSIONS = {"slang": "slang", "hlsl": "hlsl", "glsl": "glsl"}
-TWO_PI = "6.283185307179586"
 
 
 def _activation(name: str, x: str) -> str:
-    from bakery.nn.activations import LEAKY_SLOPE
-    return {
-        "relu": f"max({x}, 0.0)",
-        "leaky_relu": f"({x} > 0.0 ? {x} : {LEAKY_SLOPE!r} * {x})",
-        "tanh": f"tanh({x})",
-        "sigmoid": f"(1.0 / (1.0 + exp(-{x})))",
-        "exp": f"exp({x})",
-        "identity": x,
-    }[name]
+    return activations.get(name).shader(x)
 
 
 def _header(spec: NetworkSpec, lang: str, dtype: str, prefix: str) -> list[str]:
@@ -88,21 +79,9 @@ def generate(spec: NetworkSpec, lang: str = "slang", *, dtype: str = "float16", 
     in_decl = f"float inputs[{U}_N_INPUTS]"
     out_decl = f"out float outputs[{U}_N_OUTPUTS]"
     out += [f"void {P}_decode({buf_param}{in_decl}, {out_decl})", "{"]
-    enc = spec.encoding
-    n_enc = enc.n_outputs
     init = " = {}" if lang == "slang" else ""      # Slang warns (E41035) on arrays filled in loops
-    out.append(f"    float h0[{n_enc}]{init};")
-    if isinstance(enc, FrequencyEncoding):
-        k = enc.octaves
-        out += [f"    // frequency encoding: per input, sin at octaves 0..{k - 1}, then cos at octaves 0..{k - 1}",
-                f"    for (uint i = 0u; i < {U}_N_INPUTS; i++)", "    {",
-                f"        for (uint k = 0u; k < {k}u; k++)", "        {",
-                f"            float a = inputs[i] * ({TWO_PI} * float(1u << k));",
-                f"            h0[i * {2 * k}u + k] = sin(a);",
-                f"            h0[i * {2 * k}u + {k}u + k] = cos(a);",
-                "        }", "    }"]
-    else:
-        out += [f"    for (uint i = 0u; i < {U}_N_INPUTS; i++)", "        h0[i] = inputs[i];"]
+    out.append(f"    float h0[{spec.encoding.n_outputs}]{init};")
+    out += spec.encoding.shader_lines(f"{U}_N_INPUTS", "inputs", "h0")
     for n, lay in enumerate(layers, start=1):
         last = n == len(layers)
         dst = "outputs" if last else f"h{n}"

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bakery.formats.errors import BundleError
+from bakery.nn.activations import TABLE as ACTIVATION_TABLE
 from bakery.nn.network import NetworkSpec
 
 MAGIC = b"BKNN"
@@ -29,8 +30,8 @@ END_ALIGN = 16
 DTYPES = {"float16": (1, np.dtype("<f2")), "float32": (2, np.dtype("<f4"))}
 DTYPE_BY_CODE = {code: (name, dt) for name, (code, dt) in DTYPES.items()}
 
-#: Fixed on-disk ids; never renumber (the names are the manifest's, bakery.nn.activations).
-ACTIVATION_IDS = {"relu": 0, "leaky_relu": 1, "tanh": 2, "sigmoid": 3, "exp": 4, "identity": 5}
+#: Fixed on-disk ids, from the activation table (bakery.nn.activations); never renumbered.
+ACTIVATION_IDS = {a.name: a.file_id for a in ACTIVATION_TABLE.values()}
 ACTIVATION_BY_ID = {v: k for k, v in ACTIVATION_IDS.items()}
 
 

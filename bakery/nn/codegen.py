@@ -3,21 +3,8 @@ in as compile-time constants, so the compiler unrolls and specialises every laye
 
 from __future__ import annotations
 
-from bakery.nn.encodings import FrequencyEncoding, IdentityEncoding
+from bakery.nn import activations
 from bakery.nn.network import NetworkSpec
-
-#: Activation name (bundle format) -> Slang struct in bakery/nn/activations.slang.
-SLANG_ACTIVATIONS = {"relu": "ReLU", "leaky_relu": "LeakyReLU", "tanh": "Tanh",
-                     "sigmoid": "Sigmoid", "exp": "Exp", "identity": "Identity"}
-
-
-def encoding_type(encoding) -> str:
-    if isinstance(encoding, FrequencyEncoding):
-        return f"FrequencyEncoding<{encoding.n_inputs}, {encoding.octaves}>"
-    if isinstance(encoding, IdentityEncoding):
-        return f"IdentityEncoding<{encoding.n_inputs}>"
-    raise TypeError(f"no Slang encoding for {encoding!r}")
-
 
 def network_source(spec: NetworkSpec, linear_args: list[str]) -> str:
     """``struct Network`` with ``static float[OUT] forward(float[IN])``, differentiable.
@@ -25,11 +12,12 @@ def network_source(spec: NetworkSpec, linear_args: list[str]) -> str:
     ``linear_args[k]`` are the backend's offset arguments of layer k's ``Linear``.
     """
     last = len(spec.layers)
-    body = [f"        let h0 = bk_to_vec<{spec.encoding.n_outputs}>({encoding_type(spec.encoding)}.eval(x));"]
+    linears = [f"Linear<{l.n_in}, {l.n_out}, {linear_args[k]}>" for k, l in enumerate(spec.layers)]
+    body = [f"        let h0 = bk_to_vec<{spec.encoding.n_outputs}>({spec.encoding.slang_type()}.eval(x));"]
     for k, layer in enumerate(spec.layers):
-        act = SLANG_ACTIVATIONS[layer.activation]
+        act = activations.get(layer.activation).slang
         body.append(f"        let h{k + 1} = bk_activate<{act}, {layer.n_out}>("
-                    f"Linear<{layer.n_in}, {layer.n_out}, {linear_args[k]}>.eval(h{k}));")
+                    f"{linears[k]}.eval(h{k}));")
     return "\n".join([
         "struct Network",
         "{",
@@ -41,6 +29,18 @@ def network_source(spec: NetworkSpec, linear_args: list[str]) -> str:
         "    {",
         *body,
         f"        return bk_from_vec<{spec.n_outputs}>(h{last});",
+        "    }",
+        "",
+        "    // After a workgroup's last training tile: its share of the weight gradients.",
+        "    static void store_gradients(uint group)",
+        "    {",
+        *[f"        {lin}.store_gradients(group);" for lin in linears],
+        "    }",
+        "",
+        "    // Split-K weight gradients (CoopVec BK_GRAD_MODE 2): layer's share of samples.",
+        "    static void reduce_gradients(uint layer, uint begin, uint end)",
+        "    {",
+        *[f"        if (layer == {k}) {lin}.reduce_gradients(begin, end);" for k, lin in enumerate(linears)],
         "    }",
         "}",
         "",

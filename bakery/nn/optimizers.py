@@ -1,5 +1,9 @@
-"""Adam and learning-rate schedules. The update itself runs in bakery/nn/adam.slang;
-``adam_reference`` is the numpy definition it is tested against."""
+"""Adam, AdamW, AMSGrad and learning-rate schedules.
+
+The updates run in bakery/nn/adam.slang (networks: Adam) and bakery/nn/adam_plain.slang
+(plain parameter groups: all three); the ``*_reference`` functions are the numpy
+definitions they are tested against.
+"""
 
 from __future__ import annotations
 
@@ -18,11 +22,46 @@ class Adam:
     beta2: float = 0.999
     eps: float = 1e-8
 
+    #: Compile-time variant of bakery/nn/adam_plain.slang (see ``plain_defines``).
+    variant = 0
+
+    def plain_defines(self) -> str:
+        """Defines that select this optimizer in bakery/nn/adam_plain.slang."""
+        return f"#define BK_OPTIMIZER {self.variant}\n"
+
+    def plain_uniforms(self) -> dict:
+        """Uniforms of ``adam_plain_step`` besides :meth:`uniforms` (none for Adam)."""
+        return {"weight_decay": 0.0}
+
     def uniforms(self, step: int, lr: float, count: int, grad_scale: float) -> dict:
         """Kernel uniforms for update number ``step`` (1-based, as Adam's t)."""
         return {"count": count, "lr": lr, "beta1": self.beta1, "beta2": self.beta2, "eps": self.eps,
                 "bias1": 1.0 - self.beta1 ** step, "bias2": 1.0 - self.beta2 ** step,
                 "grad_scale": grad_scale}
+
+
+@dataclass(frozen=True)
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov & Hutter): ``p *= 1 - lr * weight_decay``
+    before the Adam step, as PyTorch's AdamW does."""
+
+    weight_decay: float = 1e-2
+    variant = 1
+
+    def plain_uniforms(self) -> dict:
+        return {"weight_decay": self.weight_decay}
+
+
+@dataclass(frozen=True)
+class AMSGrad(Adam):
+    """Adam whose denominator uses the running maximum of ``v`` (Reddi et al.), so the
+    effective step size never grows: steadier on noisy, sparse gradients."""
+
+    variant = 2
+
+
+#: Optimizers by the name a stage parameter or spec uses.
+OPTIMIZERS = {"adam": Adam, "adamw": AdamW, "amsgrad": AMSGrad}
 
 
 def adam_reference(p, g, m, v, step: int, lr: float, opt: Adam):
@@ -33,6 +72,23 @@ def adam_reference(p, g, m, v, step: int, lr: float, opt: Adam):
     denom = np.sqrt(v) / np.sqrt(f(1.0 - opt.beta2 ** step)) + f(opt.eps)
     p = p - f(lr / (1.0 - opt.beta1 ** step)) * (m / denom)
     return p.astype(np.float32), m.astype(np.float32), v.astype(np.float32)
+
+
+def adamw_reference(p, g, m, v, step: int, lr: float, opt: AdamW):
+    """One float32 AdamW update in numpy: decay, then the Adam step."""
+    p = (p * np.float32(1.0 - lr * opt.weight_decay)).astype(np.float32)
+    return adam_reference(p, g, m, v, step, lr, opt)
+
+
+def amsgrad_reference(p, g, m, v, vmax, step: int, lr: float, opt: AMSGrad):
+    """One float32 AMSGrad update in numpy; returns ``p, m, v, vmax``."""
+    f = np.float32
+    m = f(opt.beta1) * m + f(1.0 - opt.beta1) * g
+    v = f(opt.beta2) * v + f(1.0 - opt.beta2) * g * g
+    vmax = np.maximum(vmax, v)
+    denom = np.sqrt(vmax) / np.sqrt(f(1.0 - opt.beta2 ** step)) + f(opt.eps)
+    p = p - f(lr / (1.0 - opt.beta1 ** step)) * (m / denom)
+    return p.astype(np.float32), m.astype(np.float32), v.astype(np.float32), vmax.astype(np.float32)
 
 
 def learning_rate(schedule: str, base: float, step: int, total: int, final_ratio: float = 0.1) -> float:

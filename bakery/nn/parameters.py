@@ -2,14 +2,17 @@
 
 Portable backend: the canonical fp32 array as is, gradients as 64-bit fixed point.
 CoopVec backend: fp16 weights in the device's TrainingOptimal layout (bias vectors
-plain), gradients in slices (fp16 weights in the same layout, fp32 biases; see
-bakery/nn/mlp_coopvec.slang), fp32 master weights in canonical order. Optimal layouts are opaque and device-specific, so they are never
-stored: at load we learn where each canonical element lands by converting
+plain), fp32 master weights in canonical order, fp32 gradient parts in canonical order
+(one slice per training workgroup, or one atomically-added buffer; see
+bakery/nn/mlp_coopvec.slang) and the dynamic loss-scale state. Optimal layouts are
+opaque and device-specific, so they are never stored: at load we learn where each canonical element lands by converting
 index-coded matrices once, and from then on moving parameters in or out is a gather.
 The optimizer state (Adam m, v) is in canonical order on both backends.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -17,15 +20,83 @@ from bakery.nn.network import NetworkSpec
 
 #: Units of the portable gradient accumulator (see bakery/nn/mlp_portable.slang).
 FIXED_POINT_SCALE = float(2 ** 40)
-#: Loss scale and gradient slice count of the CoopVec backend (bakery/nn/mlp_coopvec.slang).
-COOPVEC_LOSS_SCALE = 256.0
-COOPVEC_GRAD_SLICES = 64
-#: Marks a gradient position as fp32 (bias) rather than fp16 (weight).
-FP32_FLAG = 0x80000000
+
+
+#: BK_STAGING values (bakery/nn/mlp_coopvec.slang).
+STAGINGS = {"elements": 0, "coopvec": 1, "none": 2, "packed": 3}
+
+
+@dataclass(frozen=True)
+class CoopVecReduction:
+    """How the CoopVec backend reduces weight gradients (bakery/nn/mlp_coopvec.slang).
+
+    ``group``: threads per training workgroup (samples per tile); ``max_groups``: the
+    persistent workgroups a step runs at most; ``mode``: "slices" (each workgroup writes
+    its own fp32 slice, the optimizer sums them) or "atomic" (one fp32 atomic add per
+    weight per workgroup); ``stage``: samples staged in groupshared memory at once;
+    ``staging``: how a layer's samples reach groupshared memory ("coopvec": whole-vector
+    stores into fp16 rows; "elements": one element at a time; "packed": pairs packed in
+    words, read 16 bytes at a time); ``vector_activations``: activations as CoopVec
+    operations rather than element loops; ``unroll``: split-K samples whose loads are
+    issued together. ``staging`` "none" and ``skip_sums`` leave out the staging and the
+    per-thread sums (wrong gradients): bench/grad_reduction.py times the parts with them.
+    """
+
+    group: int = 256
+    max_groups: int = 264
+    mode: str = "slices"
+    stage: int = 64
+    staging: str = "coopvec"
+    vector_activations: bool = True
+    skip_sums: bool = False
+    unroll: int = 1  # split-K: samples whose loads the reduction issues together
+
+    @property
+    def chunked(self) -> bool:
+        """Threads own whole groups of 8 inputs (BK_CHUNKED in mlp_coopvec.slang)."""
+        return self.staging == "packed" or self.mode == "splitk"
+
+    def __post_init__(self):
+        if self.mode not in ("slices", "atomic", "splitk"):
+            raise ValueError(f"unknown gradient reduction mode {self.mode!r}")
+        if self.staging not in STAGINGS:
+            raise ValueError(f"unknown staging {self.staging!r}")
+        if self.group % self.stage:
+            raise ValueError("group must be a multiple of stage")
+
+
+#: The reduction every ParameterStore uses unless given another (benchmarks vary it).
+COOPVEC_REDUCTION = CoopVecReduction()
+
+
+def use_reduction(spec: str) -> CoopVecReduction:
+    """Sets the process-wide reduction from JSON: a CoopVecReduction's fields, or the
+    output of bench/grad_reduction.py (its "best" entry). For benchmarks."""
+    import json
+    from pathlib import Path
+
+    d = json.loads(Path(spec).read_text() if Path(spec).is_file() else spec)
+    if "benchmark" in d:  # a grad_reduction.py result: its fastest correct variant, if any
+        d = d.get("best") or {}
+    global COOPVEC_REDUCTION
+    COOPVEC_REDUCTION = CoopVecReduction(**d)
+    return COOPVEC_REDUCTION
+#: Dynamic loss scaling (CoopVec): the start, the cap, and the finite steps before doubling.
+LOSS_SCALE_INIT = 1024.0
+LOSS_SCALE_MAX = 65536.0
+LOSS_SCALE_INTERVAL = 200
 
 
 def _align(n: int, a: int) -> int:
     return (n + a - 1) // a * a
+
+
+def _inputs_per_thread(n_in: int, n_out: int, group: int, chunked: bool) -> int:
+    """Weights of one row a training thread owns (BkOwnership in mlp_coopvec.slang):
+    the row's inputs split over group // n_out threads, rounded up to whole groups of 8
+    where the staging or the split-K reduction reads them 8 at a time."""
+    ci = -(-n_in // (group // n_out))
+    return -(-ci // 8) * 8 if chunked else ci
 
 
 def _usage():
@@ -47,10 +118,13 @@ def make_buffer(device, data: np.ndarray):
 class ParameterStore:
     """Owns a network's parameter, gradient and optimizer buffers on one device."""
 
-    def __init__(self, device, spec: NetworkSpec):
+    def __init__(self, device, spec: NetworkSpec, *, input_gradients: bool = True,
+                 reduction: CoopVecReduction | None = None):
         self.device = device
         self.spec = spec
         self.coopvec = device.coopvec
+        self.input_gradients = input_gradients
+        self.reduction = reduction or COOPVEC_REDUCTION
         n = spec.param_count
         self.adam_m = make_buffer(device, np.zeros(n, np.float32))
         self.adam_v = make_buffer(device, np.zeros(n, np.float32))
@@ -90,32 +164,60 @@ class ParameterStore:
         return pos, size
 
     def _init_coopvec(self):
-        spec = self.spec
+        spec, red = self.spec, self.reduction
         weight_pos = np.zeros(spec.param_count, np.uint32)
-        grad_pos = np.zeros(spec.param_count, np.uint32)
-        w16 = g = 0
+        w16 = acc = row = 0
         self.linear_args = []
-        for l in spec.layers:
+        for k, l in enumerate(spec.layers):
+            if l.n_out > red.group:
+                raise ValueError(f"layer {k}: {l.n_out} outputs exceed the {red.group}-thread workgroup")
             wpos, wsize = self._positions(l.n_out, l.n_in, np.float16)
-            wo, go = _align(w16, 64), _align(g, 64)
-            bo, gbo = _align(wo + wsize, 16), _align(go + wsize, 16)
+            wo = _align(w16, 64)
+            bo = _align(wo + wsize, 16)
             weight_pos[l.weight_offset:l.bias_offset] = wo + 2 * wpos
-            grad_pos[l.weight_offset:l.bias_offset] = go + 2 * wpos
             weight_pos[l.bias_offset:l.bias_offset + l.n_out] = bo + 2 * np.arange(l.n_out)
-            grad_pos[l.bias_offset:l.bias_offset + l.n_out] = (gbo + 4 * np.arange(l.n_out)) | FP32_FLAG
-            w16, g = bo + 2 * l.n_out, gbo + 4 * l.n_out
-            self.linear_args.append(f"{wo}, {bo}, {go}, {gbo}")
-        self.slice_bytes = _align(g, 64)
+            w16 = bo + 2 * l.n_out
+            dx = int(self.input_gradients or k > 0)
+            xo, do = row, row + 2 * _align(l.n_in, 8)  # this layer's x and dy in a g_acts row
+            row = do + 2 * _align(l.n_out, 8)
+            self.linear_args.append(f"{wo}, {bo}, {l.weight_offset}, {l.bias_offset}, {acc}, {dx}, {xo}, {do}")
+            acc += _inputs_per_thread(l.n_in, l.n_out, red.group, red.chunked) + 1  # and the bias
+        self.acc_count = acc
+        self.row_bytes = row
+        self.acts = make_buffer(self.device, np.zeros(row * red.group, np.uint8))
         self.weight_pos_host = weight_pos
         self.weights16 = make_buffer(self.device, np.zeros(_align(w16, 16), np.uint8))
         half_owner = np.full(self.weights16.size // 2, 0xFFFFFFFF, np.uint32)
         half_owner[weight_pos // 2] = np.arange(spec.param_count, dtype=np.uint32)
         self.weight_words = self.weights16.size // 4
-        self.grads32 = make_buffer(self.device, np.zeros(self.slice_bytes * COOPVEC_GRAD_SLICES, np.uint8))
+        slices = red.max_groups if red.mode == "slices" else 1
+        self.grad_parts = make_buffer(self.device, np.zeros(slices * spec.param_count, np.float32))
         self.master = make_buffer(self.device, np.zeros(spec.param_count, np.float32))
         self.half_owner = make_buffer(self.device, half_owner)
-        self.grad_pos = make_buffer(self.device, grad_pos)
-        self.grad_scale = 1.0 / COOPVEC_LOSS_SCALE
+        self.loss_state = make_buffer(self.device, np.zeros(4, np.float32))
+        self.groups = 1  # workgroups of the last training dispatch: the slices that hold parts
+        self.reset_loss_scale(1.0)
+
+    def train_groups(self, batch: int) -> int:
+        """Workgroups a training dispatch over ``batch`` samples runs (bk_train_groups)."""
+        if not self.coopvec:
+            return -(-batch // 64)
+        tiles = -(-batch // self.reduction.group)
+        return tiles if self.reduction.mode == "splitk" else min(tiles, self.reduction.max_groups)
+
+    def reserve_rows(self, rows: int) -> None:
+        """Split-K mode: room for ``rows`` samples' stored activations."""
+        if self.coopvec and self.reduction.mode == "splitk" and self.acts.size < rows * self.row_bytes:
+            self.acts = make_buffer(self.device, np.zeros(rows * self.row_bytes, np.uint8))
+
+    def reset_loss_scale(self, norm: float, scale: float = LOSS_SCALE_INIT) -> None:
+        """Starts dynamic loss scaling; ``norm`` is 1 / the objective's grad_scale."""
+        self.loss_norm = float(norm)
+        if self.coopvec:
+            self.loss_state.copy_from_numpy(np.array([scale, scale * norm, 0.0, 0.0], np.float32))
+
+    def loss_scale(self) -> float:
+        return float(self.loss_state.to_numpy().view(np.float32)[0]) if self.coopvec else 1.0
 
     # -- moving parameters ------------------------------------------------------------
     def upload(self, canonical: np.ndarray) -> None:
@@ -143,35 +245,40 @@ class ParameterStore:
 
     def defines(self) -> str:
         """Compile-time settings the network and optimizer code must agree on."""
-        if self.coopvec:
-            return f"#define BK_GRAD_SLICE_BYTES {self.slice_bytes}\n"
-        return ""
+        if not self.coopvec:
+            return ""
+        red, layers = self.reduction, self.spec.layers
+        return "".join(f"#define {k} {v}\n" for k, v in (
+            ("BK_GROUP", red.group), ("BK_MAX_GROUPS", red.max_groups), ("BK_STAGE", red.stage),
+            ("BK_GRAD_MODE", ("slices", "atomic", "splitk").index(red.mode)),
+            ("BK_PARAM_COUNT", self.spec.param_count), ("BK_ROW_BYTES", self.row_bytes),
+            ("BK_ACC_COUNT", self.acc_count), ("BK_MAX_IN", max(l.n_in for l in layers)),
+            ("BK_MAX_OUT", max(l.n_out for l in layers)),
+            ("BK_STAGING", STAGINGS[red.staging]),
+            ("BK_VEC_ACT", int(red.vector_activations)), ("BK_SKIP_SUMS", int(red.skip_sums)),
+            ("BK_REDUCE_UNROLL", red.unroll)))
 
     def network_vars(self) -> dict:
         """Bindings the network's forward/backward pass reads and accumulates into."""
         if self.coopvec:
-            return {"g_weights16": self.weights16, "g_grads32": self.grads32}
+            return {"g_weights16": self.weights16, "g_grad_parts": self.grad_parts, "g_loss_state": self.loss_state,
+                    "g_acts": self.acts}
         return {"g_params": self.params, "g_grads": self.grads}
 
     def optimizer_vars(self) -> dict:
         v = dict(self.network_vars(), g_adam_m=self.adam_m, g_adam_v=self.adam_v)
         if self.coopvec:
-            v.update(g_master=self.master, g_grad_pos=self.grad_pos, g_half_owner=self.half_owner)
+            v.update(g_master=self.master, g_half_owner=self.half_owner)
         return v
 
     def gradients(self) -> np.ndarray:
         """The accumulated gradient in canonical order (d loss / d parameter); for tests."""
         n = self.spec.param_count
         if self.coopvec:
-            raw = self.grads32.to_numpy().view(np.uint8).reshape(COOPVEC_GRAD_SLICES, self.slice_bytes)
-            pos = self.grad_pos.to_numpy().view(np.uint32)[:n]
-            is32 = (pos & FP32_FLAG) != 0
-            pos = pos & ~np.uint32(FP32_FLAG)
-            total = np.zeros(n, np.float64)
-            for sl in raw:
-                total[is32] += sl.view(np.float32)[pos[is32] // 4]
-                total[~is32] += sl.view(np.float16)[pos[~is32] // 2]
-            return total * self.grad_scale
+            slices = self.groups if self.reduction.mode == "slices" else 1
+            parts = self.grad_parts.to_numpy().view(np.float32)[: slices * n].reshape(slices, n)
+            mul = float(self.loss_state.to_numpy().view(np.float32)[1])
+            return parts.astype(np.float64).sum(0) / mul
         return self.grads.to_numpy().view(np.int64)[:n].astype(np.float64) * self.grad_scale
 
 
@@ -179,8 +286,8 @@ class PlainParameters:
     """A flat fp32 parameter group outside the network (latent grids, shader inputs).
 
     Gradients are 64-bit fixed point on every backend (see bakery/nn/fixed_point.slang);
-    Adam runs from bakery/nn/adam_plain.slang with its own learning rate and clamps
-    values to [lo, hi] after each update.
+    Adam, AdamW or AMSGrad runs from bakery/nn/adam_plain.slang with the group's own
+    learning rate and clamps values to [lo, hi] after each update.
     """
 
     def __init__(self, device, values: np.ndarray, *, lr: float, lo: float = -3.0e38, hi: float = 3.0e38):
@@ -190,6 +297,7 @@ class PlainParameters:
         self.grads = make_buffer(device, np.zeros(self.count, np.uint64))
         self.adam_m = make_buffer(device, np.zeros(self.count, np.float32))
         self.adam_v = make_buffer(device, np.zeros(self.count, np.float32))
+        self.adam_vmax = make_buffer(device, np.zeros(self.count, np.float32))  # AMSGrad's max of v
         self.grad_scale = 1.0 / FIXED_POINT_SCALE
 
     def download(self) -> np.ndarray:
@@ -203,4 +311,4 @@ class PlainParameters:
 
     def optimizer_vars(self) -> dict:
         return {"g_plain_params": self.params, "g_plain_grads": self.grads,
-                "g_plain_m": self.adam_m, "g_plain_v": self.adam_v}
+                "g_plain_m": self.adam_m, "g_plain_v": self.adam_v, "g_plain_vmax": self.adam_vmax}

@@ -1,8 +1,8 @@
 """The training loop shared by every stage: a network, an objective that supplies the
 Slang code computing its loss, Adam, a learning-rate schedule, checkpoints.
 
-A step is two dispatches (objective backward with gradient accumulation, then Adam),
-recorded many steps at a time into one command buffer so Python never sits between
+A step is two dispatches (objective backward with gradient accumulation, then Adam;
+on the CoopVec backend a third, one-thread loss-scale update), recorded many steps at a time into one command buffer so Python never sits between
 GPU steps. Batches are drawn on the GPU from (seed, step, thread), so a run is fully
 determined by its seed - and on the portable backend reproducible bit for bit.
 """
@@ -19,9 +19,9 @@ import numpy as np
 from bakery.nn.codegen import network_source
 from bakery.nn.network import NetworkSpec
 from bakery.nn.optimizers import Adam, learning_rate
-from bakery.nn.parameters import ParameterStore
+from bakery.nn.parameters import LOSS_SCALE_INTERVAL, LOSS_SCALE_MAX, ParameterStore
 
-GROUP = 64  # numthreads of every objective's train_step
+GROUP = 64  # numthreads of objective kernels other than train_step (decode, evaluation)
 
 
 class Objective(Protocol):
@@ -38,6 +38,11 @@ class Objective(Protocol):
 
     def param_groups(self) -> list:
         """Trainable :class:`PlainParameters` besides the network (may be empty)."""
+
+    # Optional: ``record_prepass(encoder, step, seed)`` records dispatches that must run
+    # before each ``train_step`` (e.g. rendering the step's reference), same command buffer.
+    # Optional: ``input_gradients = False`` when nothing reads d loss / d network input
+    # (the network then skips computing it).
 
 
 @dataclass(frozen=True)
@@ -70,18 +75,27 @@ class Trainer:
                 raise ValueError("nothing to train: no network and no parameter groups")
             self.store = None
             self.source = objective.slang_source()
-            self._adam = self._pack = None
+            self._adam = self._scale = None
         else:
-            self.store = ParameterStore(device, spec)
+            if type(config.optimizer) is not Adam:
+                raise ValueError(f"{type(config.optimizer).__name__} trains plain parameter groups only; "
+                                 "networks train with Adam")
+            self.store = ParameterStore(device, spec,
+                                        input_gradients=getattr(objective, "input_gradients", True))
             self.store.upload(spec.init_params(config.seed) if params is None else params)
+            self.store.reset_loss_scale(self._loss_norm())
             self.source = (self.store.defines() + '#include "nn/mlp.slang"\n'
                            + network_source(spec, self.store.linear_args) + objective.slang_source())
             adam_source = self.store.defines() + '#include "nn/adam.slang"\n'
             self._adam = device.kernel(adam_source, "adam_step")
-            self._pack = device.kernel(adam_source, "pack_weights16") if self.store.coopvec else None
+            self._scale = device.kernel(adam_source, "loss_scale_update") if self.store.coopvec else None
         self._train = device.kernel(self.source, "train_step")
+        self._reduce = None
+        if self.store is not None and self.store.coopvec and self.store.reduction.mode == "splitk":
+            self._reduce = device.kernel(self.source + '#include "nn/grad_reduce.slang"\n', "bk_reduce_gradients")
         if self.groups:
-            self._adam_plain = device.kernel('#include "nn/adam_plain.slang"\n', "adam_plain_step")
+            self._adam_plain = device.kernel(config.optimizer.plain_defines() + '#include "nn/adam_plain.slang"\n',
+                                             "adam_plain_step")
         self.step = 0
 
     def kernel(self, entry: str):
@@ -100,11 +114,30 @@ class Trainer:
             [(threads + GROUP - 1) // GROUP * GROUP, 1, 1], vars=self._vars(), command_encoder=enc, u=uniforms))
         self.device.wait()
 
+    def _loss_norm(self) -> float:
+        """1 / the objective's gradient factor (the batch, for a mean loss)."""
+        u = self.objective.uniforms(0, self.config.batch, self.config.seed)
+        return 1.0 / u["grad_scale"] if u.get("grad_scale") else float(self.config.batch)
+
     def _record_backward(self, encoder) -> None:
         c = self.config
-        threads = (c.batch + GROUP - 1) // GROUP * GROUP
+        if self.store is not None:
+            # Persistent workgroups (see bakery/nn/mlp_coopvec.slang); portable: one tile each.
+            self.store.groups = self.store.train_groups(c.batch)
+            threads = self.store.groups * (self.store.reduction.group if self.store.coopvec else GROUP)
+            self.store.reserve_rows(threads)
+        else:
+            threads = (c.batch + GROUP - 1) // GROUP * GROUP
+        prepass = getattr(self.objective, "record_prepass", None)
+        if prepass is not None:
+            prepass(encoder, self.step, c.seed)
         self._train.dispatch([threads, 1, 1], vars=self._vars(), command_encoder=encoder,
                              u=self.objective.uniforms(self.step, c.batch, c.seed))
+        if self._reduce is not None:
+            red = self.store.reduction
+            groups = max(1, min(red.max_groups, -(-c.batch // red.group)))
+            self._reduce.dispatch([groups * red.group, len(self.spec.layers), 1], vars=self._vars(),
+                                  command_encoder=encoder, batch=c.batch, groups=groups)
 
     def _record_step(self, encoder) -> None:
         self._record_backward(encoder)
@@ -113,19 +146,23 @@ class Trainer:
     def _record_update(self, encoder) -> None:
         c = self.config
         lr = learning_rate(c.schedule, c.optimizer.lr, self.step, c.steps, c.final_lr_ratio)
-        if self.store is not None:
+        if self.store is not None and self.store.coopvec:
+            words, n = self.store.weight_words, self.spec.param_count
+            self._adam.dispatch([words, 1, 1], vars=self.store.optimizer_vars(), command_encoder=encoder,
+                                u=c.optimizer.uniforms(self.step + 1, lr, n, 1.0), words=words,
+                                slices=self.store.groups)
+            self._scale.dispatch([1, 1, 1], vars=self.store.optimizer_vars(), command_encoder=encoder,
+                                 norm=self.store.loss_norm, interval=float(LOSS_SCALE_INTERVAL),
+                                 max_scale=LOSS_SCALE_MAX)
+        elif self.store is not None:
             n = self.spec.param_count
             self._adam.dispatch([n, 1, 1], vars=self.store.optimizer_vars(), command_encoder=encoder,
                                 u=c.optimizer.uniforms(self.step + 1, lr, n, self.store.grad_scale))
-        if self._pack is not None:
-            words = self.store.weight_words
-            self._pack.dispatch([words, 1, 1], vars=self.store.optimizer_vars(), command_encoder=encoder, words=words)
-            encoder.clear_buffer(self.store.grads32)
         for g in self.groups:
             glr = learning_rate(c.schedule, g.lr, self.step, c.steps, c.final_lr_ratio)
             self._adam_plain.dispatch([g.count, 1, 1], vars=g.optimizer_vars(), command_encoder=encoder,
                                       u=c.optimizer.uniforms(self.step + 1, glr, g.count, g.grad_scale),
-                                      lo=g.lo, hi=g.hi)
+                                      lo=g.lo, hi=g.hi, **c.optimizer.plain_uniforms())
         self.step += 1
 
     def apply_gradients(self) -> None:
@@ -183,6 +220,7 @@ class Trainer:
                 groups[f"group{k}_params"] = g.download()
                 groups[f"group{k}_m"] = g.adam_m.to_numpy().view(np.float32)[: g.count]
                 groups[f"group{k}_v"] = g.adam_v.to_numpy().view(np.float32)[: g.count]
+                groups[f"group{k}_vmax"] = g.adam_vmax.to_numpy().view(np.float32)[: g.count]
             np.savez(f, params=self.params(), adam_m=m, adam_v=v, step=np.int64(self.step),
                      param_count=np.int64(self._param_count), **groups)
         os.replace(tmp, path)
@@ -198,4 +236,6 @@ class Trainer:
                 g.upload(z[f"group{k}_params"])
                 g.adam_m.copy_from_numpy(z[f"group{k}_m"])
                 g.adam_v.copy_from_numpy(z[f"group{k}_v"])
+                if f"group{k}_vmax" in z:
+                    g.adam_vmax.copy_from_numpy(z[f"group{k}_vmax"])
             self.step = int(z["step"])

@@ -17,8 +17,10 @@ Layout under the cache folder::
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +28,7 @@ from typing import Any, Callable
 
 import bakery
 from bakery.formats import canonical_json
+from bakery.pipeline.safety import well_formed_record, well_formed_sums
 
 _CHUNK = 1 << 20
 
@@ -127,9 +130,10 @@ class Cache:
 
     def read_record(self, stage: str, asset: str) -> dict | None:
         try:
-            return json.loads(self.record_path(stage, asset).read_text())
+            record = json.loads(self.record_path(stage, asset).read_text())
         except (OSError, ValueError):
             return None
+        return record if well_formed_record(record) else None
 
     def write_record(self, stage: str, asset: str, key: str, parts: dict) -> None:
         _write_json_atomic(self.record_path(stage, asset), {"key": key, "parts": parts})
@@ -146,6 +150,8 @@ class Cache:
         bundle = self.bundle_dir(key)
         if sums is None or not bundle.is_dir():
             return EntryCheck("missing")
+        if not well_formed_sums(sums):
+            return EntryCheck("corrupt", "sums.json is malformed")
         for rel, (size, digest) in sums.items():
             p = bundle / rel
             if not p.is_file():
@@ -162,12 +168,51 @@ class Cache:
         :meth:`check` says which)."""
         return self.bundle_dir(key) if self.check(key).state == "ok" else None
 
-    def put(self, key: str, write: Callable[[Path], Any]) -> dict:
+    def put(self, key: str, write: Callable[[Path], Any], *, replace: bool = False) -> dict:
         """Builds entry ``key``: ``write(folder)`` must publish a bundle at ``folder``
-        atomically; the entry is then sealed. Returns the entry's checksums."""
-        self.discard(key)
-        write(self.bundle_dir(key))
-        return self.seal(key)
+        atomically; the entry is then sealed. Returns the entry's checksums.
+
+        Safe against several writers of one key (a retried or duplicated cluster task):
+        each fills and seals a private staging entry, and a rename that fails when the
+        key already exists installs it. The first complete entry wins; later writers
+        drop theirs and return the winner's checksums, so an entry is never replaced
+        half-way or sealed twice. ``replace`` (a forced rebuild) drops the existing
+        entry first. An incomplete or corrupt entry in the way is moved aside.
+        """
+        from bakery.formats.publish import make_staging_dir
+
+        if replace:
+            self.discard(key)
+        final = self.entry_dir(key)
+        staging = make_staging_dir(final)
+        try:
+            write(staging / "bundle")
+            sums = tree_sums(staging / "bundle")
+            _write_json_atomic(staging / "sums.json", sums)
+            while True:
+                try:
+                    os.rename(staging, final)  # fails when ``final`` exists (non-empty)
+                    return sums
+                except OSError as e:
+                    if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                        raise
+                if self.check(key).state == "ok":
+                    return self.sums(key) or sums  # another writer won; theirs stays
+                self._move_aside(key)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def _move_aside(self, key: str) -> None:
+        """Renames an incomplete entry out of the way (one rename: racing writers agree)."""
+        from bakery.formats.publish import make_staging_dir
+
+        final = self.entry_dir(key)
+        doomed = make_staging_dir(final)
+        try:
+            os.replace(final, doomed)  # ``doomed`` is empty, so this rename may replace it
+        except FileNotFoundError:
+            pass  # another writer moved it already
+        shutil.rmtree(doomed, ignore_errors=True)
 
     def seal(self, key: str) -> dict:
         """Marks a freshly built entry complete by writing its checksums (last step)."""
@@ -187,7 +232,7 @@ def output_matches(out_dir: Path, sums: dict) -> bool:
     """True when ``out_dir`` holds exactly the entry's files, byte for byte."""
     if not out_dir.is_dir():
         return False
-    if sorted(tree_sums_names(out_dir)) != sorted(sums):
+    if not set(sums) <= set(tree_sums_names(out_dir)):  # files bakery did not write (.meta) are kept
         return False
     for rel, (size, digest) in sums.items():
         p = out_dir / rel

@@ -8,7 +8,6 @@ convention, so a hook can ask "is everything baked?" — and 130 interrupted.
 from __future__ import annotations
 
 import logging
-import shutil
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from bakery.errors import EXIT_OK, EXIT_TASK_FAILED, EXIT_USAGE, BakeryError, Us
 from bakery.pipeline.config import ConfigError, display_path, load_pipeline, load_project_paths
 from bakery.pipeline.executor import ALL_STAGES, BakeOptions, bake
 from bakery.pipeline.lock import LOCK_NAME, OutputLock
+from bakery.pipeline.safety import clean_cache, clean_output, filesystem_error, sigterm_as_interrupt
 
 EXIT_INTERRUPTED = 130
 EXIT_WOULD_BUILD = 3
@@ -82,19 +82,36 @@ def _read_changed(changed: tuple[str, ...], changed_from: str | None) -> list[Pa
               help="Override [project] device.")
 @click.option("--report", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the bake report here (always written to <out>/bake-report.json).")
+@click.option("--runner", type=click.Choice(["local", "ray"]), default=None,
+              help="Where tasks run: this process (default) or a Ray cluster. Overrides [project] runner.")
+@click.option("-j", "--jobs", type=int, default=1, show_default=True,
+              help="Tasks at once on this machine, in worker processes sharing the GPU (CPU work overlaps "
+                   "training). With --runner ray: actors sharing each GPU.")
+@click.option("--address", default=None, metavar="auto|ray://HOST:PORT",
+              help="--runner ray: join this cluster (default: start a local one for the bake).")
+@click.option("--shared-cache", is_flag=True,
+              help="--runner ray: workers read sources and write the cache folder directly (it must be the "
+                   "same path on every node); default: ship files as bytes.")
+@click.option("--max-retries", type=click.IntRange(0, 100), default=2, show_default=True,
+              help="Times a task whose worker process died runs again (--runner ray, --jobs).")
 @click.option("-v", "--verbose", is_flag=True, help="Per-task log lines even on a terminal.")
 def bake_cmd(pipeline, force, only, assets, changed, changed_from, dry_run, fail_fast, no_wait, device,
-             report, verbose):
+             report, runner, jobs, address, shared_cache, max_retries, verbose):
     """Bake PIPELINE (default pipeline.toml): every (stage, asset) task, through the cache."""
     log = _setup_logging(verbose)
     try:
         pipe = load_pipeline(pipeline)
         opts = BakeOptions(force=[force] if force else [], only=only, assets=assets,
                            changed=_read_changed(changed, changed_from), dry_run=dry_run,
-                           fail_fast=fail_fast, wait=not no_wait, device=device, report=report)
-        result = bake(pipe, opts, log)
+                           fail_fast=fail_fast, wait=not no_wait, device=device, report=report,
+                           runner=runner, jobs=jobs, address=address, shared_cache=shared_cache,
+                           max_retries=max_retries)
+        with sigterm_as_interrupt():
+            result = bake(pipe, opts, log)
     except BakeryError as e:
         _fail(e)
+    except OSError as e:  # read-only or full output folder, unwritable --report: one line
+        _fail(filesystem_error(e))
     except KeyboardInterrupt:
         click.echo("interrupted: finished outputs are kept; the next bake resumes from the cache", err=True)
         sys.exit(EXIT_INTERRUPTED)
@@ -112,7 +129,7 @@ def bake_cmd(pipeline, force, only, assets, changed, changed_from, dry_run, fail
 @click.option("--keep-cache", is_flag=True, help="Remove only the output folder, keep the cache.")
 @click.option("--no-wait", is_flag=True, help="Fail at once if a bake holds the output folder.")
 def clean_cmd(pipeline, keep_cache, no_wait):
-    """Remove PIPELINE's outputs and its cache (the output folder keeps only its lock file)."""
+    """Remove what bakes of PIPELINE wrote: its bundles, logs, report and cache (nothing else)."""
     log = _setup_logging(False)
     try:
         out, cache = load_project_paths(pipeline)
@@ -120,14 +137,15 @@ def clean_cmd(pipeline, keep_cache, no_wait):
             for what, path in (("output", out), ("cache", cache)):
                 if what == "cache" and keep_cache:
                     continue
-                doomed = [p for p in path.iterdir() if p.name != LOCK_NAME] if path.is_dir() else []
-                for p in doomed:
-                    shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
-                if what == "cache" and path.is_dir():
-                    path.rmdir()
-                click.echo(f"removed {what} folder {display_path(path)} ({len(doomed)} entries)")
+                removed, kept = clean_output(path, keep=(LOCK_NAME,)) if what == "output" else clean_cache(path)
+                click.echo(f"removed {what} folder {display_path(path)} ({removed} entries)")
+                if kept:
+                    log.warning("kept %d file(s) in %s that bakery did not write, e.g. %s", len(kept),
+                                display_path(path), display_path(kept[0]))
     except BakeryError as e:
         _fail(e)
+    except OSError as e:
+        _fail(filesystem_error(e))
     sys.exit(EXIT_OK)
 
 

@@ -20,14 +20,17 @@ from bakery.device import DEVICE_KINDS
 from bakery.errors import UsageError
 from bakery.materials import ROLE_TABLE
 from bakery.pipeline.dag import find_cycle
+from bakery.pipeline.safety import declared_asset_paths, is_generated, path_overlaps, skipped_by_glob
 from bakery.pipeline.sourcemap import SourceMap
 
-#: Texture roles an asset may declare; a material folder's files are matched by stem.
-ROLES = tuple(ROLE_TABLE)
+#: Roles an asset may declare: the texture roles (a material folder's files are matched by
+#: stem) and ``fit``, a fit spec (docs/PIPELINE.md, "Fit specs").
+ROLES = (*ROLE_TABLE, "fit")
+RUNNERS = ("local", "ray")
 STAGE_REF = "stage:"
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _GLOB_CHARS = set("*?[")
-_PROJECT_KEYS = {"name", "out", "cache", "device", "seed", "plugins"}
+_PROJECT_KEYS = {"name", "out", "cache", "device", "seed", "plugins", "runner"}
 _STAGE_KEYS = {"type", "inputs", "params", "seed", "description"}
 
 
@@ -78,6 +81,7 @@ class Pipeline:
     device: str
     seed: int
     plugins: list[str]
+    runner: str = "local"      # local | ray (``bakery bake --runner`` overrides it)
     assets: dict[str, list[Asset]] = field(default_factory=dict)
     stages: dict[str, StageDecl] = field(default_factory=dict)
     source: SourceMap | None = None
@@ -146,7 +150,7 @@ def _parse(path: Path) -> tuple[dict, SourceMap]:
     if not path.is_file():
         raise ConfigError([f"{display_path(path)}:1: pipeline: file not found"])
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a BOM (Windows editors) is not TOML
     except UnicodeDecodeError as e:
         raise ConfigError([f"{display_path(path)}:1: pipeline: not UTF-8 text (byte {e.start})"]) from None
     try:
@@ -171,6 +175,10 @@ def load_project_paths(path: str | Path) -> tuple[Path, Path]:
         if p == root:
             c.add(f"project.{key}", "must be a folder below the pipeline folder, not the folder itself")
         found.append(p)
+    if not c.lines:
+        assets = declared_asset_paths(doc.get("assets"), root, found)
+        for key, message in path_overlaps(found[0], found[1], path.resolve(), assets):
+            c.add(key, message)
     if c.lines:
         raise ConfigError(c.lines)
     return found[0], found[1]
@@ -210,6 +218,9 @@ def load_pipeline(path: str | Path) -> Pipeline:
     device = proj.get("device", "auto")
     if _expect(c, "project.device", device, str, "a string") and device not in DEVICE_KINDS:
         c.add("project.device", f"unknown device {device!r} (allowed: {', '.join(DEVICE_KINDS)})")
+    runner = proj.get("runner", "local")
+    if _expect(c, "project.runner", runner, str, "a string") and runner not in RUNNERS:
+        c.add("project.runner", f"unknown runner {runner!r} (allowed: {', '.join(RUNNERS)})")
     seed = proj.get("seed", 0)
     if _expect(c, "project.seed", seed, int, "an integer") and seed < 0:
         c.add("project.seed", f"{seed} is out of range (allowed int >= 0, default 0)")
@@ -221,8 +232,12 @@ def load_pipeline(path: str | Path) -> Pipeline:
 
     pipe = Pipeline(path=path, root=root, name=str(name), out=out or root / "out",
                     cache=cache or root / ".bakery-cache", device=str(device),
-                    seed=seed if isinstance(seed, int) else 0, plugins=plugins, source=source)
-    pipe.assets = _load_assets(doc.get("assets", {}), root, c)
+                    seed=seed if isinstance(seed, int) else 0, plugins=plugins, source=source,
+                    runner=runner if runner in RUNNERS else "local")
+    pipe.assets = _load_assets(doc.get("assets", {}), root, c, generated=(pipe.out, pipe.cache))
+    if out and cache:
+        for key, message in path_overlaps(out, cache, path.resolve(), _source_paths(pipe.assets, doc)):
+            c.add(key, message)
     declared = set(doc["assets"]) if isinstance(doc.get("assets"), dict) else set()
     pipe.stages = _load_stages(doc.get("stages", {}), pipe, declared, c)
     if not c.lines:
@@ -249,17 +264,19 @@ def _is_glob(s: str) -> bool:
     return any(ch in _GLOB_CHARS for ch in s)
 
 
-def _matches(root: Path, pattern: str, c: _Collector, key: str, *, dirs: bool) -> list[Path]:
+def _matches(root: Path, pattern: str, c: _Collector, key: str, *, dirs: bool,
+             generated: tuple[Path, ...] = ()) -> list[Path]:
     if _inside(root, pattern, c, key) is None:
         return []
     found = sorted(Path(p).resolve() for p in globlib.glob(str(root / pattern)))
-    found = [p for p in found if (p.is_dir() if dirs else p.is_file()) and p.is_relative_to(root)]
+    found = [p for p in found if (p.is_dir() if dirs else p.is_file()) and p.is_relative_to(root)
+             and not is_generated(p, skipped_by_glob(root, pattern, generated))]  # never bakery's own outputs
     if not found:
         c.add(key, f"no {'folder' if dirs else 'file'} matches {pattern!r}")
     return found
 
 
-def _load_assets(table: Any, root: Path, c: _Collector) -> dict[str, list[Asset]]:
+def _load_assets(table: Any, root: Path, c: _Collector, generated: tuple[Path, ...] = ()) -> dict[str, list[Asset]]:
     """``[assets.NAME]``: roles -> files, one role with a glob (one asset per file), or
     ``material = "dir-glob"`` (one material per folder, roles from file stems)."""
     if not isinstance(table, dict):
@@ -289,11 +306,11 @@ def _load_assets(table: Any, root: Path, c: _Collector) -> dict[str, list[Asset]
             if roles:
                 c.add(f"{key}.material", "use either material = \"folder glob\" or explicit roles, not both")
                 continue
-            assets[name] = _material_assets(name, decl["material"], root, c)
+            assets[name] = _material_assets(name, decl["material"], root, c, generated)
         elif len(roles) == 1 and _is_glob(next(iter(roles.values()))):
             role, pattern = next(iter(roles.items()))
             insts = [Asset(f"{name}/{p.stem}", {role: p}, name)
-                     for p in _matches(root, pattern, c, f"{key}.{role}", dirs=False)]
+                     for p in _matches(root, pattern, c, f"{key}.{role}", dirs=False, generated=generated)]
             _check_unique(insts, c, f"{key}.{role}")
             assets[name] = insts
         else:
@@ -311,18 +328,32 @@ def _load_assets(table: Any, root: Path, c: _Collector) -> dict[str, list[Asset]
                 files[role] = p
             if len(files) == len(roles):
                 assets[name] = [Asset(name, files, name)]
-    return assets
+    return {name: [_with_fit_files(a) for a in insts] for name, insts in assets.items()}
 
 
-def _material_assets(name: str, pattern: Any, root: Path, c: _Collector) -> list[Asset]:
+def _with_fit_files(asset: Asset) -> Asset:
+    """A fit spec's asset also lists the files the spec reads (shader, images) under roles
+    ``fit.*``, so they feed its task's cache key and ``--changed``."""
+    if "fit" not in asset.files:
+        return asset
+    from bakery.stages.fit.spec import referenced_files
+
+    return Asset(asset.name, {**asset.files, **referenced_files(asset.files["fit"])}, asset.declared_as)
+
+
+def _material_assets(name: str, pattern: Any, root: Path, c: _Collector,
+                     generated: tuple[Path, ...] = ()) -> list[Asset]:
     key = f"assets.{name}.material"
     if not isinstance(pattern, str):
         c.add(key, f"expected a folder path or glob, got {pattern!r}")
         return []
     insts = []
-    for d in _matches(root, pattern, c, key, dirs=True):
-        files = {p.stem.lower(): p.resolve() for p in sorted(d.iterdir())
-                 if p.is_file() and p.stem.lower() in ROLES}
+    for d in _matches(root, pattern, c, key, dirs=True, generated=generated):
+        try:
+            files = role_files(d, ROLES)
+        except UsageError as e:
+            c.add(key, e.message)
+            continue
         if not files:
             c.add(key, f"folder {display_path(d)} holds no texture named by a role ({', '.join(ROLES)})")
             continue
@@ -330,6 +361,30 @@ def _material_assets(name: str, pattern: Any, root: Path, c: _Collector) -> list
         insts.append(Asset(inst_name, files, name))
     _check_unique(insts, c, key)
     return insts
+
+
+def role_files(folder: Path, roles) -> dict[str, Path]:
+    """A material folder's files by role, matched by file stem case-insensitively
+    (``Albedo.PNG`` is the albedo); two files for one role are an error naming both."""
+    files: dict[str, Path] = {}
+    for p in sorted(Path(folder).iterdir()):
+        role = p.stem.lower()
+        if not p.is_file() or role not in roles:
+            continue
+        if role in files:
+            raise UsageError(f"two files for role {role!r} in {display_path(folder)}: {files[role].name} and "
+                             f"{p.name}; keep one")
+        files[role] = p.resolve()
+    return files
+
+
+def _source_paths(assets: dict[str, list[Asset]], doc: dict) -> list[Path]:
+    """Every source file, and every material folder, of the loaded assets."""
+    table = doc.get("assets") if isinstance(doc.get("assets"), dict) else {}
+    paths = [p for insts in assets.values() for a in insts for p in a.files.values()]
+    paths += [p.parent for insts in assets.values() for a in insts
+              if "material" in (table.get(a.declared_as) or {}) for p in a.files.values()]
+    return paths
 
 
 def _check_unique(insts: list[Asset], c: _Collector, key: str) -> None:

@@ -25,6 +25,7 @@ from bakery.pipeline.planner import PlanOptions, plan
 from bakery.progress import StageProgress
 from bakery.pipeline.report import BakeReport, TaskOutcome
 from bakery.pipeline.runner import Event, LocalRunner, decide
+from bakery.pipeline.safety import check_report_target, forget_report
 from bakery.pipeline.spec import TaskSpec
 from bakery.pipeline.task import staging_dir_for
 from bakery.pipeline.worker import DevicePool
@@ -45,6 +46,11 @@ class BakeOptions:
     device: str | None = None          # overrides [project] device
     report: Path | None = None
     bars: bool | None = None           # None: tqdm only on a terminal
+    runner: str | None = None          # local | ray; overrides [project] runner
+    jobs: int = 1                      # local runner: tasks at once, in worker processes
+    address: str | None = None         # ray: None starts a local cluster; auto | ray://HOST:PORT
+    shared_cache: bool = False         # ray: workers build into the cache folder (same path on every node)
+    max_retries: int = 2               # ray, --jobs: times a task whose worker died runs again
 
 
 def sweep_staging(*roots: Path) -> int:
@@ -76,6 +82,14 @@ class Executor:
                              key="--force")
         self.force_all = ALL_STAGES in force
         self.force = force
+        self.runner_kind = opts.runner or pipe.runner
+        if opts.jobs < 1:
+            raise UsageError(f"--jobs must be at least 1, got {opts.jobs}", key="--jobs")
+        if self.runner_kind == "ray" and not opts.dry_run:
+            from bakery.pipeline.ray_runner import require_ray
+
+            require_ray(private=opts.address is None)
+        self.runner = None
 
     def forced(self, spec: TaskSpec) -> bool:
         return self.force_all or spec.stage in self.force
@@ -99,7 +113,9 @@ class Executor:
             report.tasks = [self._dry_run(s) for s in specs]
             report.seconds = time.monotonic() - t0
             return report
+        check_report_target(self.opts.report)
         with OutputLock(self.pipe.out, wait=self.opts.wait, say=self.log.warning):
+            forget_report(self.pipe.out / REPORT_NAME, self.opts.report)
             swept = sweep_staging(self.pipe.out, self.cache.root / "entries")
             if swept:
                 report.notes.append(f"removed {swept} staging folder(s) left by an interrupted bake")
@@ -107,7 +123,7 @@ class Executor:
                 self._run_all(specs, report)
             finally:
                 report.seconds = time.monotonic() - t0
-                report.device = self.devices.info()
+                report.device = self.devices.info() or getattr(self.runner, "device", None)
                 report.write(self.pipe.out / REPORT_NAME)
                 if self.opts.report:
                     report.write(self.opts.report)
@@ -142,11 +158,11 @@ class Executor:
                 shown[stage] = StageProgress(stage, counts[stage], log=self.log, bars=self.opts.bars)
             return shown[stage]
 
-        runner = LocalRunner(self.cache, self.devices, self.log, log_dir=self.pipe.out / "logs",
-                             progress=lambda spec: progress_of(spec.stage).task_callback(spec.asset))
+        runner = self.runner = self._make_runner(progress_of)
+        events = runner.run(specs, forced=self.forced)
         not_run = "interrupted"  # what the tasks never reached are, unless the loop says otherwise
         try:
-            for event in runner.run(specs, forced=self.forced):
+            for event in events:
                 if event.kind == "started":
                     continue
                 spec = by_id[event.task]
@@ -156,11 +172,33 @@ class Executor:
                     not_run = "not run: --fail-fast after a failure"
                     break
         finally:
+            events.close()  # a runner elsewhere cancels its in-flight work here
             for p in shown.values():
                 p.close()
             report.tasks = [outcomes.get(s.id) or TaskOutcome(s.stage, s.asset, "skipped", reason=not_run,
                                                               out_dir=display_path(Path(s.out_dir)))
                             for s in specs]
+
+    def _make_runner(self, progress_of):
+        """The local runner, a process pool (``--jobs``) or a Ray cluster (``--runner ray``)."""
+        log_dir = self.pipe.out / "logs"
+        o = self.opts
+        if self.runner_kind == "ray":
+            from bakery.pipeline.dispatch import DagRunner
+            from bakery.pipeline.ray_runner import RayBackend
+
+            backend = RayBackend(address=o.address, cache_root=self.cache.root, shared_cache=o.shared_cache,
+                                 max_retries=o.max_retries, actors_per_gpu=o.jobs, device_workers=o.jobs,
+                                 device_cache=self.devices.cache_dir)
+            return DagRunner(self.cache, backend, self.log, log_dir, ship_files=not o.shared_cache)
+        if o.jobs > 1:
+            from bakery.pipeline.dispatch import DagRunner
+            from bakery.pipeline.pool_runner import PoolBackend
+
+            backend = PoolBackend(o.jobs, self.cache.root, self.devices.cache_dir, max_retries=o.max_retries)
+            return DagRunner(self.cache, backend, self.log, log_dir)
+        return LocalRunner(self.cache, self.devices, self.log, log_dir=log_dir,
+                           progress=lambda spec: progress_of(spec.stage).task_callback(spec.asset))
 
     def _outcome(self, spec: TaskSpec, event: Event) -> TaskOutcome:
         out_dir = Path(spec.out_dir)

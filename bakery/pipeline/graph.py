@@ -16,6 +16,7 @@ from typing import Iterable, Sequence
 from bakery.errors import UsageError
 from bakery.pipeline.config import STAGE_REF, Pipeline, StageDecl
 from bakery.pipeline.dag import stage_order
+from bakery.pipeline.safety import check_asset_globs
 
 
 @dataclass
@@ -55,8 +56,10 @@ def _input_tasks(pipe: Pipeline, st: StageDecl, inp: str, by_stage: dict[str, li
         return {t.asset: TaskInput(t.asset, upstream=t.id) for t in by_stage[inp[len(STAGE_REF):]]}
     # A material folder may hold files this stage does not read (masks, notes): the
     # stage sees only its roles, and only they feed the cache key.
+    # A role "fit.shader" belongs to "fit" (the files a fit spec reads).
     accepted = set(st.stage_cls.input_roles)
-    return {a.name: TaskInput(a.name, {r: p for r, p in a.files.items() if r in accepted}) for a in pipe.assets[inp]}
+    return {a.name: TaskInput(a.name, {r: p for r, p in a.files.items() if r.split(".")[0] in accepted})
+            for a in pipe.assets[inp]}
 
 
 def _task(st: StageDecl, asset: str, inputs: list[TaskInput]) -> Task:
@@ -128,6 +131,7 @@ def select_tasks(pipe: Pipeline, tasks: Sequence[Task], *, only: Sequence[str] =
     for s in only:
         if s not in pipe.stages:
             raise UsageError(f"unknown stage {s!r} (stages: {', '.join(pipe.stages)})", key="--only")
+    check_asset_globs((t.asset for t in tasks), assets)
     chosen = [t for t in tasks
               if (not only or t.stage.name in only)
               and (not assets or any(fnmatch.fnmatchcase(t.asset, g) for g in assets))]

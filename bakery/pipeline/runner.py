@@ -103,7 +103,7 @@ class LocalRunner:
         yield Event("started", spec.id, reason=dec.reason)
         log, handler, log_path = self._task_logger(spec)
         try:
-            sums = build(spec, self.cache, self.devices, log=log, progress=self.progress(spec))
+            sums = build(spec, self.cache, self.devices, log=log, progress=self.progress(spec), replace=forced)
         except DeviceError:
             raise  # no device: nothing else can build either
         except BakeryError as e:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import importlib
 import logging
+import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from bakery.errors import DeviceError, TaskError
+from bakery.errors import BakeryError, DeviceError, TaskError
 from bakery.pipeline.cache import Cache, sha256_file
 from bakery.pipeline.spec import TaskSpec
 from bakery.pipeline.task import run_task
@@ -24,8 +26,9 @@ class DevicePool:
     """Opens each device kind once per process, on first use only: pure-CPU bakes never
     touch the GPU stack, and a GPU bake pays the opening cost once."""
 
-    def __init__(self, cache_dir: Path | None = None):
+    def __init__(self, cache_dir: Path | None = None, gpu_uuid: str | None = None):
         self.cache_dir = cache_dir
+        self.gpu_uuid = gpu_uuid  # pin hardware devices to this GPU (a cluster worker's)
         self.opened: dict[str, Any] = {}
 
     def provider(self, spec: TaskSpec) -> Callable[[], Any]:
@@ -36,7 +39,8 @@ class DevicePool:
             if dev is None:
                 from bakery.device import open_device
 
-                dev = self.opened[spec.device] = open_device(spec.device, cache_dir=self.cache_dir)
+                pin = {"gpu_uuid": self.gpu_uuid} if self.gpu_uuid else {}
+                dev = self.opened[spec.device] = open_device(spec.device, cache_dir=self.cache_dir, **pin)
             if spec.device_class and dev.device_class != spec.device_class:
                 # The key was computed for another device: building would cache a lie.
                 raise DeviceError(f"opened {dev.device_class!r} but the bake was planned for "
@@ -76,8 +80,9 @@ def stage_inputs(spec: TaskSpec, cache: Cache) -> list[StageInput]:
 
 
 def build(spec: TaskSpec, cache: Cache, devices: DevicePool, *, log: logging.Logger,
-          progress: Callable[..., Any] | None = None) -> dict:
-    """Builds ``spec`` into its cache entry; returns the entry's checksums.
+          progress: Callable[..., Any] | None = None, replace: bool = False) -> dict:
+    """Builds ``spec`` into its cache entry; returns the entry's checksums. ``replace``
+    (a forced rebuild) replaces an existing entry instead of keeping it.
 
     Raises :class:`TaskError`/:class:`UsageError` (one line) when the stage fails, and
     :class:`DeviceError` when no device can be had (that ends the whole bake).
@@ -93,4 +98,80 @@ def build(spec: TaskSpec, cache: Cache, devices: DevicePool, *, log: logging.Log
         raise TaskError(f"cannot read input: {e}", where=spec.id) from None
     return cache.put(spec.key, lambda folder: run_task(
         stage_cls, inputs, spec.params, seed=spec.seed, device_provider=devices.provider(spec),
-        out_dir=folder, log=log, progress=progress, where=spec.id))
+        out_dir=folder, log=log, progress=progress, where=spec.id), replace=replace)
+
+
+@dataclass
+class Attempt:
+    """What a worker in another process or on another node sends back for one task."""
+
+    task: str
+    status: str                           # built | failed | device-error
+    sums: dict | None = None              # the entry's checksums (built)
+    error: str = ""                       # one line (failed, device-error)
+    log: str = ""                         # the task's log, for <out>/logs
+    seconds: float = 0.0
+    files: dict[str, bytes] | None = None  # the bundle, when the driver seals the entry
+    device: dict | None = None            # the device it ran on, for the bake report
+
+
+def build_captured(spec: TaskSpec, cache: Cache, devices: DevicePool, *, replace: bool = False,
+                   return_files: bool = False) -> Attempt:
+    """:func:`build` for a worker elsewhere: its log is captured as text and every
+    outcome is a value (a task's failure must not look like a lost worker to a scheduler
+    that retries those). With ``return_files`` the bundle's bytes come back too."""
+    import io
+    import time
+
+    text = io.StringIO()
+    log = logging.getLogger(f"bakery.worker.{spec.stage}.{spec.asset.replace('/', '.')}")
+    handler = logging.StreamHandler(text)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.DEBUG)
+    log.propagate = False
+    start = time.monotonic()
+    attempt = Attempt(spec.id, "failed")
+    try:
+        attempt.sums = build(spec, cache, devices, log=log, replace=replace)
+        attempt.status = "built"
+        if return_files:
+            attempt.files = read_tree(cache.bundle_dir(spec.key))
+    except DeviceError as e:
+        attempt.status, attempt.error = "device-error", e.one_line()
+    except BakeryError as e:
+        attempt.error = e.one_line()
+    except OSError as e:  # sealing the cache entry: disk full, permissions
+        attempt.error = f"{spec.id}: cannot write cache entry: {e}"
+    finally:
+        if attempt.error:
+            log.error("%s", attempt.error)
+        log.removeHandler(handler)
+        attempt.seconds = time.monotonic() - start
+        attempt.log = text.getvalue()
+        attempt.device = devices.info()
+    return attempt
+
+
+def read_tree(root: Path) -> dict[str, bytes]:
+    """Relative path -> bytes of every file below ``root`` (a bundle on the wire)."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def write_tree(files: dict[str, bytes], folder: Path) -> None:
+    """Publishes ``files`` (from :func:`read_tree`) as ``folder``, atomically."""
+    from bakery.formats.publish import atomic_publish, make_staging_dir
+
+    folder = Path(folder)
+    staging = make_staging_dir(folder)
+    try:
+        for rel, data in files.items():
+            p = (staging / rel).resolve()
+            if not p.is_relative_to(staging.resolve()) or Path(rel).is_absolute():
+                raise OSError(f"refusing bundle path {rel!r} outside the bundle")
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(data)
+        atomic_publish(staging, folder)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

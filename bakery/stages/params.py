@@ -3,6 +3,7 @@ validated (type, range, default) before any GPU work starts."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -54,6 +55,8 @@ class Param:
         except (TypeError, ValueError):
             raise UsageError(f"expected {self.type.__name__}, got {value!r} ({self.describe()})",
                              where=where, key=key) from None
+        if isinstance(v, float) and not math.isfinite(v):  # nan/inf would fail only after training
+            raise UsageError(f"{value!r} is not a finite number ({self.describe()})", where=where, key=key)
         if self.choices is not None and v not in self.choices:
             raise UsageError(f"{v!r} is not allowed ({self.describe()})", where=where, key=key)
         if (self.min is not None and v < self.min) or (self.max is not None and v > self.max):

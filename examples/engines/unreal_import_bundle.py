@@ -23,7 +23,7 @@ ACTIVATIONS = ["relu", "leaky_relu", "tanh", "sigmoid", "exp", "identity"]
 def verify(bundle):
     with open(os.path.join(bundle, "manifest.json"), "rb") as f:
         manifest = json.loads(f.read().decode("utf-8"))
-    if manifest.get("schema_version") != 1:
+    if manifest.get("schema_version") != 2:
         raise RuntimeError(f"{bundle}: unknown schema version {manifest.get('schema_version')!r}")
     for entry in manifest["files"]:
         path = os.path.join(bundle, entry["name"])
@@ -71,8 +71,8 @@ def import_textures(bundle, manifest, destination):
 def main(bundle, destination):
     manifest = verify(bundle)
     import_textures(bundle, manifest, destination)
-    if "network" in manifest:
-        net = read_weights_header(os.path.join(bundle, manifest["network"]["file"]))
+    for network in manifest.get("networks", {}).values():
+        net = read_weights_header(os.path.join(bundle, network["file"]))
         unreal.log(f"bakery network {net['dtype']}: {net['layers']}")
         unreal.log("Bind weights.bin as a raw buffer and paste decoder.hlsl into a Custom node or shader.")
     unreal.log(f"imported bakery bundle {bundle} ({manifest['stage']['type']} v{manifest['stage']['version']})")

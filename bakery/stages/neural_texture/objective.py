@@ -11,6 +11,9 @@ LOSSES = ("l2", "l1", "relative_l2")
 
 
 class TextureFit(TexelObjective):
+    #: Nothing reads d loss / d UV: the network skips its first layer's input gradient.
+    input_gradients = False
+
     def __init__(self, device, image: np.ndarray, *, loss: str = "l2", channel_weights=None):
         if loss not in LOSSES:
             raise ValueError(f"unknown loss {loss!r} (known: {', '.join(LOSSES)})")

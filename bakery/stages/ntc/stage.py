@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bakery.formats.images import mean_psnr, psnr
+from bakery.formats.images import mean_psnr, psnr, set_psnr
 from bakery.materials import ROLES, SRGB_ROLES, load_material, renormalize_normals
 from bakery.nn.optimizers import Adam
 from bakery.nn.trainer import TrainConfig, Trainer
@@ -50,13 +50,6 @@ def bcn_weights(report: dict, roles) -> dict[str, float]:
         return {r: 1.0 for r in roles}
     mean = float(np.mean(list(mse.values())))
     return {r: float(np.clip(np.sqrt(mean / mse[r]), *WEIGHT_RANGE)) if r in mse else 1.0 for r in roles}
-
-
-def set_psnr(scores) -> float:
-    """The set's PSNR from the mean of its textures' MSE (never a mean of dB: one
-    near-lossless flat map would swamp it)."""
-    mse = [10 ** (-min(float(v), 100.0) / 10) for v in scores]
-    return float(-10 * np.log10(np.mean(mse)))
 
 
 @register

@@ -51,7 +51,7 @@ func _import(source_file, save_path, _options, _variants, _gen_files):
 func _check_manifest(source_file: String, data: PackedByteArray) -> String:
 	var manifest_path := source_file.get_base_dir().path_join("manifest.json")
 	var manifest = JSON.parse_string(FileAccess.get_file_as_string(manifest_path))
-	if typeof(manifest) != TYPE_DICTIONARY or manifest.get("schema_version") != 1:
+	if typeof(manifest) != TYPE_DICTIONARY or manifest.get("schema_version") != 2:
 		return "manifest.json missing or of an unknown schema version"
 	var ctx := HashingContext.new()
 	ctx.start(HashingContext.HASH_SHA256)

@@ -1,0 +1,213 @@
+"""Running a DAG of task specs on workers in other processes or on other machines.
+
+:class:`DagRunner` is the part every such runner shares: it decides cached or build on
+the driver (as :class:`~bakery.pipeline.runner.LocalRunner` does), hands a task to a
+:class:`Backend` as soon as every task it reads has been built or found cached, so
+independent tasks run at once, and turns what comes back into the same events. Where the
+workers share no folder with the driver, a task travels as a :func:`pack`: its spec, its
+source files and its upstream bundles as bytes, and the built bundle comes back as bytes;
+the driver then seals the entry itself. Either way the driver's cache ends up with every
+entry sealed once (:meth:`Cache.put <bakery.pipeline.cache.Cache.put>`), and publishing
+into ``out/`` stays the executor's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Protocol, Sequence
+
+from bakery.errors import DeviceError
+from bakery.pipeline.cache import Cache
+from bakery.pipeline.runner import Event, decide
+from bakery.pipeline.spec import TaskSpec
+from bakery.pipeline.worker import Attempt, DevicePool, build_captured, read_tree, write_tree
+
+#: What a task may be in when its dependants look at it.
+DONE = ("built", "cached")
+
+
+@dataclass
+class Job:
+    """One submitted task, as the backend got it."""
+
+    spec: TaskSpec
+    forced: bool
+    payload: dict            # see :func:`pack`
+    reason: str = ""
+    started: float = field(default_factory=time.monotonic)
+
+
+class Backend(Protocol):
+    """Where tasks run. ``wait`` blocks until at least one job ends and returns each
+    ended job with its :class:`Attempt`, or the exception that lost it (a worker that
+    died more often than it may be retried)."""
+
+    def can_take(self, spec: TaskSpec) -> bool: ...
+
+    def submit(self, job: Job) -> None: ...
+
+    def wait(self) -> list[tuple[Job, Attempt | BaseException]]: ...
+
+    def close(self, *, cancel: bool) -> None: ...
+
+
+def pack(spec: TaskSpec, cache: Cache, *, ship_files: bool, replace: bool) -> dict:
+    """A task as plain data for a worker. With ``ship_files`` its source files and
+    upstream bundles ride along (workers that see none of the driver's folders)."""
+    payload: dict[str, Any] = {"spec": spec.to_dict(), "replace": replace, "sources": None, "upstream": None}
+    if ship_files:
+        payload["sources"] = {path: Path(path).read_bytes() for i in spec.inputs for path in i.files.values()}
+        payload["upstream"] = {i.upstream_key: read_tree(cache.bundle_dir(i.upstream_key))
+                               for i in spec.inputs if i.upstream_key}
+    return payload
+
+
+def run_packed(payload: dict, devices: DevicePool, shared_cache: str | None) -> Attempt:
+    """The worker's side of :func:`pack`: builds the task into ``shared_cache`` (a path
+    every node sees) or, for a shipped task, in a scratch cache, returning the bytes."""
+    spec = TaskSpec.from_dict(payload["spec"])
+    if payload["sources"] is None:
+        if shared_cache is None:
+            raise ValueError("a task without its files needs a shared cache")
+        return build_captured(spec, Cache(Path(shared_cache)), devices, replace=payload["replace"])
+    with tempfile.TemporaryDirectory(prefix="bakery-task-") as tmp:
+        scratch = Cache(Path(tmp) / "cache")
+        for key, files in payload["upstream"].items():
+            scratch.put(key, lambda folder, files=files: write_tree(files, folder))
+        inputs = []
+        for n, i in enumerate(spec.inputs):
+            local = {}
+            for role, path in i.files.items():
+                # Keep the file name: stages may read its extension.
+                p = Path(tmp) / "src" / str(n) / role / Path(path).name
+                p.parent.mkdir(parents=True, exist_ok=True)
+                p.write_bytes(payload["sources"][path])
+                local[role] = str(p)
+            inputs.append(dataclasses.replace(i, files=local))
+        spec = dataclasses.replace(spec, inputs=tuple(inputs))
+        return build_captured(spec, scratch, devices, return_files=True)
+
+
+@dataclass
+class DagRunner:
+    """A :class:`~bakery.pipeline.runner.Runner` over a :class:`Backend`."""
+
+    cache: Cache
+    backend: Backend
+    log: logging.Logger
+    log_dir: Path | None = None
+    ship_files: bool = False          # workers see none of the driver's folders
+    device: dict | None = None        # the last worker device seen (bake report)
+
+    def run(self, specs: Sequence[TaskSpec], *, forced: Callable[[TaskSpec], bool] = lambda s: False
+            ) -> Iterator[Event]:
+        ids = {s.id for s in specs}
+        state: dict[str, str] = {}
+        waiting = list(specs)
+        running = 0
+        builds: dict[str, str] = {}  # task id -> why it builds, decided once
+        finished = False
+        try:
+            while waiting or running:
+                moved = False
+                for spec in list(waiting):
+                    if any(d in ids and d not in state for d in spec.deps):
+                        continue
+                    if spec.id in builds:
+                        event, reason = None, builds[spec.id]
+                    else:
+                        event, reason = self._settle(spec, state, forced(spec))
+                        if event is None:
+                            builds[spec.id] = reason
+                    if event is None and not self.backend.can_take(spec):
+                        continue
+                    waiting.remove(spec)
+                    moved = True
+                    if event is None:
+                        try:
+                            payload = pack(spec, self.cache, ship_files=self.ship_files, replace=forced(spec))
+                        except OSError as e:
+                            event = Event("failed", spec.id, reason=reason, error=f"{spec.id}: cannot read input: {e}")
+                    if event is not None:
+                        state[spec.id] = event.kind
+                        yield event
+                        continue
+                    yield Event("started", spec.id, reason=reason)
+                    self.backend.submit(Job(spec, forced(spec), payload, reason=reason))
+                    running += 1
+                if not running:
+                    if not moved:
+                        raise RuntimeError(f"cannot schedule {waiting[0].id}: its upstream tasks are not planned")
+                    continue
+                for job, result in self.backend.wait():
+                    running -= 1
+                    event = self._finish(job, result)
+                    state[job.spec.id] = event.kind
+                    yield event
+            finished = True
+        finally:
+            self.backend.close(cancel=not finished)
+
+    def _settle(self, spec: TaskSpec, state: dict[str, str], forced: bool) -> tuple[Event | None, str]:
+        """The event of a task that needs no worker (skipped, unplannable, cached), or
+        None and the reason it builds."""
+        bad = next((d for d in spec.deps if state.get(d, "built") not in DONE), None)
+        if bad is not None:
+            return Event("skipped", spec.id, reason=f"upstream {bad} {state[bad]}"), ""
+        if spec.error:
+            return Event("failed", spec.id, error=f"{spec.id}: {spec.error}"), ""
+        start = time.monotonic()
+        try:
+            dec = decide(spec, self.cache, forced=forced)
+        except OSError as e:
+            return Event("failed", spec.id, error=f"{spec.id}: cannot read the cache: {e}"), ""
+        if dec.action == "cached":
+            return Event("cached", spec.id, sums=dec.sums, seconds=time.monotonic() - start), ""
+        if dec.corrupt:
+            self.log.warning("%s: corrupted cache entry %s (%s); rebuilding", spec.id, spec.key[:12], dec.corrupt)
+        return None, dec.reason
+
+    def _finish(self, job: Job, result: Attempt | BaseException) -> Event:
+        spec = job.spec
+        seconds = time.monotonic() - job.started
+        if isinstance(result, BaseException):
+            first = (str(result).strip().splitlines() or [""])[0]
+            return Event("failed", spec.id, reason=job.reason, seconds=seconds,
+                         error=f"{spec.id}: worker lost ({type(result).__name__}: {first[:200]})")
+        if result.device:
+            self.device = result.device
+        log_path = self._write_log(spec, result.log)
+        if result.status == "device-error":
+            raise DeviceError(f"worker for {spec.id}: {result.error}")
+        if result.status != "built":
+            return Event("failed", spec.id, error=result.error, reason=job.reason, seconds=seconds, log=log_path)
+        try:
+            if result.files is not None:
+                sums = self.cache.put(spec.key, lambda folder: write_tree(result.files, folder), replace=job.forced)
+            else:
+                sums = self.cache.sums(spec.key)
+                if sums != result.sums:
+                    return Event("failed", spec.id, reason=job.reason, seconds=seconds, log=log_path,
+                                 error=f"{spec.id}: the worker's cache entry is not in {self.cache.root}: "
+                                       "the shared cache must be the same folder on every node")
+        except OSError as e:
+            return Event("failed", spec.id, error=f"{spec.id}: cannot write cache entry: {e}", reason=job.reason,
+                         seconds=seconds, log=log_path)
+        return Event("built", spec.id, reason=job.reason, sums=sums, seconds=seconds, log=log_path)
+
+    def _write_log(self, spec: TaskSpec, text: str) -> Path | None:
+        if self.log_dir is None:
+            return None
+        path = self.log_dir / spec.stage / f"{spec.asset}.log"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        except OSError as e:
+            self.log.warning("%s: cannot write its log: %s", spec.id, e)
+            return None
+        return path

@@ -1,0 +1,281 @@
+"""What keeps bakery from touching files it did not write, and faults to one line.
+
+Studios run bakes unattended; a typo in ``[project] out`` or ``-o`` must never cost them
+source art. The checks here run before any work: the output and cache folders may not
+overlap each other, a source asset or the pipeline file; ``bakery run -o`` replaces only
+a bakery bundle (or an empty folder); ``--report`` overwrites only a bake report. The
+executor, ``bakery clean`` and the CLI call them; docs/PIPELINE.md "Safety" states the
+guarantees they make up.
+"""
+
+from __future__ import annotations
+
+import errno
+import glob as globlib
+import json
+import os
+import signal
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from bakery.errors import BakeryError, UsageError
+
+#: The one file that marks a folder as a bakery bundle (docs/FORMAT.md).
+MANIFEST_NAME = "manifest.json"
+_GLOB_CHARS = set("*?[")
+
+
+# -- [project] out / cache -----------------------------------------------------------
+def path_overlaps(out: Path, cache: Path, pipeline_file: Path,
+                  asset_paths: Iterable[Path]) -> list[tuple[str, str]]:
+    """``(key, message)`` for each way ``out``/``cache`` overlap each other, the pipeline
+    file or a source asset path (a file, or a material folder). All paths resolved.
+
+    ``bakery clean`` empties both folders and a bake replaces folders inside ``out``: any
+    overlap would let it delete what a person made."""
+    problems: list[tuple[str, str]] = []
+    if out == cache:
+        problems.append(("project.cache", "is the same folder as project.out; give the cache its own folder"))
+    elif cache.is_relative_to(out):
+        problems.append(("project.cache", "lies inside project.out; give the cache its own folder"))
+    elif out.is_relative_to(cache):
+        problems.append(("project.out", "lies inside project.cache; give the outputs their own folder"))
+    assets = sorted(set(asset_paths))
+    for key, folder in (("project.out", out), ("project.cache", cache)):
+        if pipeline_file.is_relative_to(folder):
+            problems.append((key, f"holds the pipeline file {pipeline_file.name}; bakery clean would delete it"))
+            continue
+        for p in assets:
+            if p.is_relative_to(folder):
+                problems.append((key, f"holds the source asset {_short(p, folder)}; bakery clean would delete it"))
+                break
+            if folder.is_relative_to(p):
+                problems.append((key, f"lies inside the source asset folder {p.name}; choose a folder of its own"))
+                break
+    return problems
+
+
+def _short(p: Path, folder: Path) -> str:
+    return f"{folder.name}/{p.relative_to(folder).as_posix()}" if p != folder else p.name
+
+
+def is_generated(p: Path, generated: Iterable[Path]) -> bool:
+    """Whether ``p`` lies in one of bakery's own folders (out, cache): never a source."""
+    return any(p.is_relative_to(g) for g in generated)
+
+
+def skipped_by_glob(root: Path, pattern: str, generated: Iterable[Path]) -> tuple[Path, ...]:
+    """The generated folders a glob skips: those it reaches into from outside (``*/*.png``,
+    ``material = "*"``). A glob whose fixed part points inside one (``out/*.png``) skips
+    nothing, so the overlap check names the problem instead of the glob matching nothing."""
+    fixed = []
+    for part in Path(pattern).parts:
+        if any(ch in _GLOB_CHARS for ch in part):
+            break
+        fixed.append(part)
+    base = (root / Path(*fixed)).resolve() if fixed else root
+    return tuple(g for g in generated if not base.is_relative_to(g))
+
+
+def declared_asset_paths(table: Any, root: Path, generated: Iterable[Path]) -> list[Path]:
+    """Best-effort source paths of a raw ``[assets]`` table (for ``bakery clean``, which
+    must work when the rest of the pipeline no longer validates): every role file and
+    material folder it names or its globs match, except matches in out/cache."""
+    generated = list(generated)
+    found: list[Path] = []
+    if not isinstance(table, dict):
+        return found
+    for decl in table.values():
+        if not isinstance(decl, dict):
+            continue
+        for key, value in decl.items():
+            if key == "description" or not isinstance(value, str):
+                continue
+            if any(ch in _GLOB_CHARS for ch in value):
+                skip = skipped_by_glob(root, value, generated)
+                found += [m for m in (Path(x).resolve() for x in globlib.glob(str(root / value)))
+                          if m.is_relative_to(root) and not is_generated(m, skip)]
+            else:
+                found.append((root / value).resolve())
+    return found
+
+
+# -- bakery run -o DIR -----------------------------------------------------------------
+def is_bundle(folder: Path) -> bool:
+    """True when ``folder`` holds a manifest.json that bakery wrote (a JSON object with
+    its schema and file list): the only kind of non-empty folder bakery may replace."""
+    try:
+        manifest = json.loads((Path(folder) / MANIFEST_NAME).read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return (isinstance(manifest, dict) and "schema_version" in manifest and "bakery_version" in manifest
+            and isinstance(manifest.get("files"), list))
+
+
+def check_bundle_target(out_dir: Path, *, key: str = "-o") -> None:
+    """Refuses to publish over an existing folder that is neither empty nor a bundle
+    (``-o .``, the folder holding the inputs): publishing replaces the whole folder."""
+    out_dir = Path(out_dir)
+    if not out_dir.is_dir() or is_bundle(out_dir):
+        return
+    if any(out_dir.iterdir()):
+        raise UsageError("exists and is not a bakery bundle (no bakery manifest.json); bakery replaces only "
+                         "its own bundles: choose a new or empty folder", where=str(out_dir), key=key)
+
+
+# -- --report FILE -----------------------------------------------------------------------
+def check_report_target(path: Path | None) -> None:
+    """``--report`` may overwrite a previous bake report, never another file."""
+    if path is None or not Path(path).exists():
+        return
+    try:
+        doc = json.loads(Path(path).read_bytes())
+        ours = isinstance(doc, dict) and "schema" in doc and "tasks" in doc and "totals" in doc
+    except (OSError, ValueError, RecursionError):
+        ours = False
+    if not ours:
+        raise UsageError("exists and is not a bake report; refusing to overwrite it", where=str(path),
+                         key="--report")
+
+
+def forget_report(*paths: Path | None) -> None:
+    """Removes the previous bake's reports before a bake starts: if this bake cannot write
+    its own (a full disk), no stale report claims that everything built."""
+    for path in paths:
+        if path is not None:
+            Path(path).unlink(missing_ok=True)
+
+
+# -- cache metadata -------------------------------------------------------------------
+def well_formed_sums(sums: Any) -> bool:
+    """``sums.json`` as :meth:`Cache.seal` writes it: name -> [size, sha256]."""
+    return isinstance(sums, dict) and all(
+        isinstance(k, str) and isinstance(v, list) and len(v) == 2 and isinstance(v[0], int)
+        and not isinstance(v[0], bool) and isinstance(v[1], str) for k, v in sums.items())
+
+
+_RECORD_TABLES = ("inputs", "params", "upstream")
+
+
+def well_formed_record(record: Any) -> bool:
+    """A cache record as :meth:`Cache.write_record` writes it; anything else is read as
+    no record (the task rebuilds) rather than crashing every bake."""
+    if not isinstance(record, dict) or not isinstance(record.get("key"), str):
+        return False
+    parts = record.get("parts")
+    return isinstance(parts, dict) and all(isinstance(parts.get(k, {}), dict) for k in _RECORD_TABLES)
+
+
+# -- --asset GLOB ------------------------------------------------------------------------
+def check_asset_globs(asset_names: Iterable[str], globs: Iterable[str]) -> None:
+    """An ``--asset`` glob that matches no asset is a typo: say so (exit 2) rather than
+    bake nothing and overwrite the last report with an empty one."""
+    import fnmatch
+
+    names = sorted(set(asset_names))
+    for g in globs:
+        if not any(fnmatch.fnmatchcase(n, g) for n in names):
+            shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+            raise UsageError(f"{g!r} matches no asset (assets: {shown or 'none'})", key="--asset")
+
+
+# -- faults and signals -------------------------------------------------------------
+class FilesystemError(BakeryError):
+    """A file bakery must write or read cannot be (read-only, full disk, not a folder)."""
+
+
+def filesystem_error(e: OSError) -> FilesystemError:
+    """The one line for an OSError that escaped a task: which path, and why."""
+    what = e.strerror or type(e).__name__
+    if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        what += " (disk full or file size limit)"
+    from bakery.pipeline.config import display_path
+
+    where = display_path(Path(os.fsdecode(e.filename))) if e.filename is not None else None
+    return FilesystemError(f"file system error: {what}", where=where)
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (what CI sends when it cancels a job) ends a bake like Ctrl-C: staging
+    folders removed, the report written, exit 130."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+# -- bakery clean ----------------------------------------------------------------------
+#: What a bake writes directly in the output folder besides bundles, and in the cache.
+OUT_FILES = ("bake-report.json",)
+CACHE_PARTS = ("entries", "records", "device")
+
+
+def _remove(p: Path) -> None:
+    import shutil
+
+    shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+
+
+def _prune_empty(root: Path) -> None:
+    """Removes folders below ``root`` left empty (deepest first); ``root`` stays."""
+    for d in sorted((p for p in root.rglob("*") if p.is_dir() and not p.is_symlink()),
+                    key=lambda p: len(p.parts), reverse=True):
+        if not any(d.iterdir()):
+            d.rmdir()
+
+
+def _is_leftover(p: Path) -> bool:
+    from bakery.formats.publish import ASIDE_SUFFIX
+
+    return p.is_dir() and (".staging-" in p.name and p.name.startswith(".") or p.name.endswith(ASIDE_SUFFIX))
+
+
+def clean_output(out: Path, keep: Iterable[str] = ()) -> tuple[int, list[Path]]:
+    """Removes what bakery wrote in ``out``: bundle folders (with any engine files inside
+    them), logs, the report and staging leftovers. Everything else stays. Returns
+    ``(entries removed, files kept)``."""
+    out = Path(out)
+    if not out.is_dir():
+        return 0, []
+    removed = 0
+    todo = [p for p in sorted(out.iterdir()) if p.name not in keep]
+    while todo:
+        p = todo.pop()
+        if p.is_symlink():
+            continue  # a link is never ours to follow or remove
+        if p.is_dir() and (is_bundle(p) or _is_leftover(p)):
+            _remove(p)
+            removed += 1
+        elif p.is_dir():
+            todo.extend(sorted(p.iterdir()))
+        elif (p.parent == out and p.name in OUT_FILES) or (p.suffix == ".log" and p.is_relative_to(out / "logs")):
+            p.unlink()
+            removed += 1
+    _prune_empty(out)
+    kept = [p for p in sorted(out.rglob("*")) if not p.is_dir() and p.name not in keep]
+    return removed, kept
+
+
+def clean_cache(cache: Path) -> tuple[int, list[Path]]:
+    """Removes the cache's own parts; the folder goes too when nothing else is in it."""
+    cache = Path(cache)
+    if not cache.is_dir():
+        return 0, []
+    doomed = [cache / n for n in CACHE_PARTS if (cache / n).exists() or (cache / n).is_symlink()]
+    for p in doomed:
+        _remove(p)
+    kept = sorted(cache.rglob("*"))
+    if not kept:
+        cache.rmdir()
+    return len(doomed), [p for p in kept if not p.is_dir()]

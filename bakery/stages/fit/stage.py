@@ -1,0 +1,169 @@
+"""Stage ``fit``: recover the inputs of a user's differentiable Slang shader from a
+reference image.
+
+The input is a fit spec (bakery/stages/fit/spec.py): the user's ``.slang`` file and
+``[Differentiable]`` function, what each argument is bound to, the reference and the
+optimiser. The function is differentiated by Slang (``bwd_diff``) inside a generated
+wrapper kernel and its trainable arguments are optimised on the device by the shared
+:class:`Trainer`. Bundle: ``params.json`` (scalars and vectors by argument name), each
+texture parameter as PNG and DDS, the final render, the reference, a difference image,
+the loss curve (JSON and a convergence plot).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bakery.formats.images import load_image, psnr
+from bakery.nn.optimizers import OPTIMIZERS, AdamW
+from bakery.nn.trainer import TrainConfig, Trainer
+from bakery.stages import Param, Stage, StageResult, register
+from bakery.stages.fit.objective import ShaderFit
+from bakery.stages.fit.plot import convergence_png
+from bakery.stages.fit.signature import check_bindings, compile_error, reflect
+from bakery.stages.fit.spec import FitSpec, SpecError, load_spec
+
+#: The difference image shows |render - reference| times this, so small errors are visible.
+DIFFERENCE_GAIN = 4.0
+#: Seconds between progress reports that read the current loss back from the device.
+LOSS_REPORT_INTERVAL = 0.5
+
+
+class LossProgress:
+    """Step progress with the current loss; reads the loss back at most twice a second so
+    the GPU is not stalled every command buffer."""
+
+    def __init__(self, ctx, objective: ShaderFit, total: int):
+        self.ctx, self.objective, self.total, self.done = ctx, objective, total, 0
+        self._last = 0.0
+
+    def update(self, n: int) -> None:
+        self.done += n
+        now = time.monotonic()
+        if now - self._last < LOSS_REPORT_INTERVAL and self.done < self.total:
+            self.ctx.progress(self.done, total=self.total)
+            return
+        self._last = now
+        loss = float(self.objective.losses(self.done)[-1])
+        self.ctx.progress(self.done, total=self.total, loss=loss)
+
+
+def load_inputs(spec: FitSpec) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray], tuple[int, int]]:
+    """The reference, the images bound to arguments, the init images and the output size
+    (width, height); every size problem is one line naming the spec's key."""
+    reference = load_image(spec.reference, key="reference")
+    ref_size = (reference.shape[1], reference.shape[0])
+    size = spec.size or ref_size
+    lines = []
+    if ref_size != size:
+        lines.append(spec.error("reference", f"reference {spec.reference.name} is {ref_size[0]}x{ref_size[1]} but "
+                                             f"the output size is {size[0]}x{size[1]} (size = [{size[0]}, {size[1]}])"))
+    images, inits = {}, {}
+    for b in spec.args.values():
+        if b.kind == "image":
+            img = images[b.name] = load_image(b.path, key=f"args.{b.name}")
+            if (img.shape[1], img.shape[0]) != size:
+                lines.append(spec.error(f"args.{b.name}", f"image {b.path.name} is {img.shape[1]}x{img.shape[0]} but "
+                                                          f"the output size is {size[0]}x{size[1]}"))
+        elif b.trainable and isinstance(b.init, Path):
+            img = inits[b.name] = load_image(b.init, key=f"args.{b.name}.init")
+            h, w = b.shape[:2]
+            if img.shape[:2] != (h, w):
+                lines.append(spec.error(f"args.{b.name}.init", f"init image {b.init.name} is {img.shape[1]}x"
+                                                               f"{img.shape[0]} but the parameter is {w}x{h}"))
+    if lines:
+        raise SpecError(lines)
+    return reference, images, inits, size
+
+
+def make_optimizer(spec: FitSpec):
+    cls = OPTIMIZERS[spec.optimizer]
+    return cls(lr=spec.lr, weight_decay=spec.weight_decay) if cls is AdamW else cls(lr=spec.lr)
+
+
+@register
+class Fit(Stage):
+    type_name = "fit"
+    version = "1"
+    description = "recover the inputs of a differentiable Slang shader from a reference image"
+    input_roles = ("fit",)
+    params = (
+        Param("steps", int, 0, "optimisation steps; 0 takes the spec's fit.steps", min=0, max=10_000_000),
+    )
+
+    def run(self, ctx, inputs, params) -> StageResult:
+        (inp,) = inputs
+        spec = load_spec(inp.files["fit"])
+        if params["steps"]:
+            spec.steps = params["steps"]
+        reference, images, inits, size = load_inputs(spec)
+        device = ctx.device
+        sig = reflect(device, spec)
+        channels = {n: im.shape[2] for n, im in images.items()}
+        channels.update({f"{n}.init": im.shape[2] for n, im in inits.items()})
+        check_bindings(spec, sig, size, channels)
+        if reference.shape[2] != sig.return_width:
+            raise SpecError([spec.error("reference", f"reference {spec.reference.name} has {reference.shape[2]} "
+                                                     f"channel(s) but {sig.function} returns {sig.returns}")])
+        seed = spec.seed if spec.seed is not None else ctx.seed
+        objective = ShaderFit(device, spec, sig, reference, images, inits, seed=seed)
+        config = TrainConfig(steps=spec.steps, batch=objective.pixels, optimizer=make_optimizer(spec),
+                             schedule=spec.schedule, seed=seed)
+        import slangpy as spy
+
+        try:
+            trainer = Trainer(device, None, objective, config)
+        except spy.SlangCompileError as e:  # e.g. the function is not differentiable all the way down
+            raise compile_error(spec, e) from None
+        trainer.train(progress=LossProgress(ctx, objective, config.steps))
+        render = objective.render(trainer)
+        losses = objective.losses(config.steps)
+        diff = render - reference
+        final_loss = float(np.mean(diff.astype(np.float64) ** 2 if spec.loss == "l2" else np.abs(diff)))
+        score = psnr(render, reference)
+        ctx.log.info("%s: %s, %dx%d, %d steps, final %s loss %.3g, render PSNR %.2f dB", inp.name, sig.function,
+                     size[0], size[1], config.steps, spec.loss, final_loss, score)
+        return StageResult(metrics={"final_loss": final_loss, "render_psnr_db": round(score, 4)},
+                           manifest=self._write(ctx, spec, sig, objective, render, reference, losses, config))
+
+    def _write(self, ctx, spec, sig, objective, render, reference, losses, config) -> dict:
+        out = ctx.out
+        scalars, textures = {}, {}
+        for name, values in objective.values().items():
+            b = spec.args[name]
+            if len(b.shape) == 3:
+                textures[name] = _write_texture(out, name, values, b.clamp)
+            else:
+                scalars[name] = float(values) if not b.shape else [float(v) for v in values]
+        out.write_json("params.json", scalars, role="params")
+        out.write_png("render.png", render)
+        out.write_png("reference.png", reference, role="reference")
+        out.write_png("difference.png", np.abs(render - reference) * DIFFERENCE_GAIN)
+        out.write_json("loss.json", {"loss": spec.loss, "per_step": [float(v) for v in losses]}, role="loss_curve")
+        out.write_bytes("convergence.png", convergence_png(losses, title=f"{sig.function} ({spec.path.name})",
+                                                           loss_name=spec.loss), role="plot")
+        return {"fit": {"shader": spec.shader.name, "function": sig.describe(), "steps": config.steps,
+                        "loss": spec.loss, "optimizer": spec.optimizer, "schedule": spec.schedule, "lr": spec.lr,
+                        **({"weight_decay": spec.weight_decay} if spec.optimizer == "adamw" else {}),
+                        "size": [objective.width, objective.height], "difference_gain": DIFFERENCE_GAIN,
+                        "bindings": {n: b.describe() for n, b in spec.args.items()},
+                        "textures": textures, "seed": config.seed}}
+
+
+def _write_texture(out, name: str, values: np.ndarray, clamp) -> dict:
+    """PNG preview and DDS of a texture parameter: 8-bit UNORM when its clamp range lies in
+    [0, 1], else half floats (the values may leave [0, 1])."""
+    h, w, c = values.shape
+    out.write_png(f"{name}.png", values if c != 2 else np.concatenate([values, np.zeros((h, w, 1))], 2),
+                  role="texture_preview")
+    unorm = clamp is not None and clamp[0] >= 0.0 and clamp[1] <= 1.0
+    if unorm and c in (1, 2):
+        fmt, data = ("r8_unorm", "rg8_unorm")[c - 1], values
+    else:
+        fmt = "rgba8_unorm" if unorm else "rgba16f"
+        data = np.concatenate([values, np.ones((h, w, 4 - c), np.float32)], 2) if c < 4 else values
+    out.write_texture(f"{name}.dds", fmt, [data], role="texture")
+    return {"dds": f"{name}.dds", "png": f"{name}.png", "format": fmt, "shape": [h, w, c]}

@@ -1,0 +1,79 @@
+"""What stage ``mipmap`` ships: its chains in engine formats, and rendered previews.
+
+Textures carry every authored level (0 = the source map, then the trained ones) in DDS
+and KTX2: BC5 normal (XY; engines rebuild Z), BC4 roughness and, when albedo trained,
+BC7 sRGB albedo; or 8-bit uncompressed (RGBA normal, R roughness, sRGB RGBA albedo).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bakery.baselines import bcn
+from bakery.stages.mipmap.chain import MipChain
+from bakery.stages.mipmap.material import MipMaterial, linear_to_srgb
+
+#: (BCn format of bcn.encode, container format) and the uncompressed alternative, per map.
+STORAGE = {
+    "normal": {"bcn": ("bc5", "bc5_unorm"), "uncompressed": "rgba8_unorm"},
+    "roughness": {"bcn": ("bc4", "bc4_unorm"), "uncompressed": "r8_unorm"},
+    "albedo": {"bcn": ("bc7", "bc7_srgb"), "uncompressed": "rgba8_srgb"},
+}
+PREVIEW_MIN_WIDTH = 128
+
+
+def stored_levels(material: MipMaterial, chain: MipChain, trained) -> dict[str, list[np.ndarray]]:
+    """Every level of each shipped map in its storage encoding ([0, 1] floats)."""
+    normals, roughness, albedo = trained
+    maps = {
+        "normal": [material.normal] + chain.unpack(normals, 3),
+        "roughness": [material.roughness] + chain.unpack(roughness, 1),
+        "albedo": [material.albedo] + chain.unpack(albedo, 3),
+    }
+    return {"normal": [n * 0.5 + 0.5 for n in maps["normal"]],
+            "roughness": [np.clip(r, 0.0, 1.0) for r in maps["roughness"]],
+            "albedo": [linear_to_srgb(a) for a in maps["albedo"]]}
+
+
+def write_chains(out, material: MipMaterial, chain: MipChain, trained, storage: str, *, albedo: bool) -> None:
+    """``normal``, ``roughness`` (and ``albedo``) as .dds and .ktx2 with all authored levels."""
+    levels = stored_levels(material, chain, trained)
+    roles = ("normal", "roughness", "albedo") if albedo else ("normal", "roughness")
+    for role in roles:
+        images = levels[role]
+        if storage == "bcn":
+            codec, fmt = STORAGE[role][storage]
+            keep = {"bc5": 2, "bc4": 1, "bc7": 3}[codec]
+            mips = [bcn.encode(img[..., :keep], codec) for img in images]
+            kwargs = {"width": chain.width, "height": chain.height}
+        else:
+            fmt = STORAGE[role][storage]
+            mips = [img if img.shape[2] != 3 else np.concatenate([img, np.ones_like(img[..., :1])], axis=2)
+                    for img in images]
+            kwargs = {}
+        for ext in ("dds", "ktx2"):
+            out.write_texture(f"{role}.{ext}", fmt, mips, role="texture", **kwargs)
+
+
+def _upscaled(image: np.ndarray) -> np.ndarray:
+    f = max(1, PREVIEW_MIN_WIDTH // image.shape[1])
+    return np.repeat(np.repeat(image, f, axis=0), f, axis=1)
+
+
+def write_previews(out, reference: list, renders: dict) -> None:
+    """``preview_level{L}.png`` per level: reference | trained | box, rendered, sRGB."""
+    for i, ref in enumerate(reference):
+        panels = [ref, renders["trained"][i], renders["box"][i]]
+        gap = np.ones((_upscaled(ref).shape[0], 2, 3), np.float32)
+        row = [linear_to_srgb(_upscaled(p)) for p in panels]
+        out.write_png(f"preview_level{i + 1}.png", np.concatenate([row[0], gap, row[1], gap, row[2]], axis=1))
+
+
+def flip_error(reference: np.ndarray, test: np.ndarray) -> float:
+    """Mean NVIDIA FLIP (LDR) between two tone-mapped renders, compared as sRGB images."""
+    import flip_evaluator
+
+    ref = np.ascontiguousarray(linear_to_srgb(reference), np.float32)
+    tst = np.ascontiguousarray(linear_to_srgb(test), np.float32)
+    _, mean, _ = flip_evaluator.evaluate(ref, tst, "LDR", inputsRGB=True, applyMagma=False)
+    return float(mean)

@@ -1,0 +1,143 @@
+"""Benchmark: designs of the CoopVec weight-gradient reduction, for correctness and speed.
+
+Each variant (bakery.nn.parameters.CoopVecReduction: workgroup size, persistent
+workgroup count, per-workgroup fp32 slices or fp32 atomics) trains the reference job of
+bench/train_texture.py (12 -> 3 x 64 ReLU -> 3, batch 2^18 by default) and reports
+  - the relative error of its gradient against the float64 reference, per layer,
+    on one batch (the first step's samples);
+  - ms/step over --steps steps after a warm-up (wall clock, one wait at the end);
+  - PSNR of the whole image after warm-up + timed steps.
+Prints the device, the settings and a table; writes JSON (bench/out/grad_reduction.json).
+On a device without cooperative vectors only the portable backend runs (a smoke test).
+
+    python3 bench/grad_reduction.py [--device vulkan] [--batch 262144] [--steps 300]
+    python3 bench/grad_reduction.py --device software --small
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bakery.device import open_device  # noqa: E402
+from bakery.nn import parameters  # noqa: E402
+from bakery.nn.encodings import FrequencyEncoding  # noqa: E402
+from bakery.nn.network import NetworkSpec  # noqa: E402
+from bakery.nn.optimizers import Adam  # noqa: E402
+from bakery.nn.trainer import TrainConfig, Trainer  # noqa: E402
+from bakery.stages.neural_texture.objective import TextureFit  # noqa: E402
+from bench.train_texture import float_psnr, procedural_target  # noqa: E402
+from tests.reference import batch_texels, mse_gradients, texel_uv  # noqa: E402
+
+R = parameters.CoopVecReduction
+VARIANTS = {
+    "slices-256x264 (default)": R(),
+    "atomic-256x264": R(mode="atomic"),
+    "slices-256x132": R(max_groups=132),
+    "slices-256x264 element staging": R(staging="elements"),
+    "atomic-256x264 packed staging": R(mode="atomic", staging="packed"),
+    "splitk-256x264": R(mode="splitk"),
+    "splitk-256x264 unroll 4": R(mode="splitk", unroll=4),
+    "splitk-256x264 unroll 8": R(mode="splitk", unroll=8),
+    "diag: no sums (wrong grads)": R(skip_sums=True),
+    "diag: no staging, no sums (wrong)": R(staging="none", skip_sums=True),
+}
+WARMUP = 20
+
+
+def layer_errors(spec, got, ref) -> list[float]:
+    out = []
+    for l in spec.layers:
+        sl = slice(l.weight_offset, l.bias_offset + l.n_out)
+        out.append(float(np.linalg.norm(got[sl] - ref[sl]) / np.linalg.norm(ref[sl])))
+    return out
+
+
+def run_variant(a, dev, spec, target, params, ref, name, reduction) -> dict:
+    if reduction is not None:
+        parameters.COOPVEC_REDUCTION = reduction
+    t_start = time.perf_counter()
+    cfg = TrainConfig(steps=WARMUP + a.steps, batch=a.batch, optimizer=Adam(lr=a.lr), seed=0,
+                      steps_per_submit=a.steps_per_submit)
+    obj = TextureFit(dev, target)
+    tr = Trainer(dev, spec, obj, cfg, params=params)
+    errs = layer_errors(spec, tr.accumulate_gradients(), ref)
+    tr = Trainer(dev, spec, obj, cfg, params=params)  # fresh gradient buffers
+    compile_s = time.perf_counter() - t_start
+    tr.train(WARMUP)
+    t0 = time.perf_counter()
+    tr.train()
+    dt = (time.perf_counter() - t0) / a.steps
+    psnr = float_psnr(obj.decode(tr), target)
+    return {"variant": name, "reduction": None if reduction is None else reduction.__dict__,
+            "ms_per_step": round(dt * 1e3, 4), "samples_per_s": round(a.batch / dt),
+            "grad_rel_err_per_layer": [float(f"{e:.3g}") for e in errs], "psnr_db": round(psnr, 3),
+            "loss_scale_end": tr.store.loss_scale(), "setup_s": round(compile_s, 2)}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--batch", type=int, default=1 << 18)
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--size", type=int, default=1024)
+    p.add_argument("--lr", type=float, default=5e-3)
+    p.add_argument("--steps-per-submit", type=int, default=50)
+    p.add_argument("--only", default="", help="comma-separated variant names (prefixes)")
+    p.add_argument("--small", action="store_true", help="tiny CPU-sized job (batch 4096, 128^2, 20 steps)")
+    p.add_argument("--out", default=str(ROOT / "bench" / "out" / "grad_reduction.json"))
+    a = p.parse_args()
+    if a.small:
+        a.batch, a.size, a.steps = 4096, 128, 20
+
+    dev = open_device(a.device)
+    spec = NetworkSpec(FrequencyEncoding(2, 3), (64,) * 3, 3)
+    target = procedural_target(a.size)
+    params = spec.init_params(0)
+    t = batch_texels(0, 0, a.batch, a.size, a.size)
+    ref, _ = mse_gradients(spec, params, texel_uv(t, a.size, a.size), target.reshape(-1, 3)[t])
+    print(f"device: {dev.info.adapter} ({dev.info.backend}, cooperative vectors {dev.coopvec})")
+    print(f"settings: 12 -> 3x64 relu -> 3, batch {a.batch}, {a.size}^2 target, Adam lr {a.lr}, "
+          f"{WARMUP} warm-up + {a.steps} timed steps, {a.steps_per_submit} steps per submit", flush=True)
+    variants = VARIANTS if dev.coopvec else {"portable": None}
+    if a.only:
+        keys = a.only.split(",")
+        variants = {k: v for k, v in variants.items() if any(k.startswith(x) for x in keys)}
+    rows = []
+    if dev.coopvec:  # GPU clocks start idle: a throw-away run first, so no variant pays the ramp-up
+        run_variant(a, dev, spec, target, params, ref, "warm-up", R())
+    for name, red in variants.items():
+        try:
+            rows.append(run_variant(a, dev, spec, target, params, ref, name, red))
+        except Exception as e:  # noqa: BLE001 - report the variant and go on with the others
+            rows.append({"variant": name, "error": str(e)[:500]})
+        print(json.dumps(rows[-1]), flush=True)
+    print(f"\n{'variant':42} {'ms/step':>8} {'Msamp/s':>8} {'PSNR':>6}  grad rel. err per layer")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['variant']:42} failed: {r['error'][:80]}")
+            continue
+        errs = " ".join(f"{e:.1e}" for e in r["grad_rel_err_per_layer"])
+        print(f"{r['variant']:42} {r['ms_per_step']:8.3f} {r['samples_per_s'] / 1e6:8.1f} {r['psnr_db']:6.2f}  {errs}")
+    good = [r for r in rows if "error" not in r and r["reduction"] and not r["reduction"]["skip_sums"]
+            and r["reduction"]["staging"] != "none" and max(r["grad_rel_err_per_layer"]) < 1e-2]
+    best = min(good, key=lambda r: r["ms_per_step"]) if good else None
+    if best:
+        print(f"fastest correct: {best['variant']} ({best['ms_per_step']:.3f} ms/step)")
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"benchmark": "grad_reduction", "device": dev.info.to_dict(), "batch": a.batch,
+                               "steps": a.steps, "rows": rows, "best": best and best["reduction"]}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,201 @@
+"""Bake workloads for the runner benchmarks: the sample assets resampled into many
+assets, a pipeline over them, a bake in a fresh process, and GPU utilisation sampling.
+
+Shared by bench/runners.py and bench/scale.py (run as scripts, so this folder is on
+sys.path).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import tomllib
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))  # this checkout's bakery, in this process as in the bakes it starts
+
+#: Stage params small enough for a 2-core CPU (lavapipe); the GPU runs use pipeline.toml's.
+TINY_PARAMS = {"neural_texture": {"steps": 20, "batch": 512, "width": 8, "layers": 1, "octaves": 2},
+               "ntc": {"bpp": 8.0, "steps": 10, "batch": 512, "hidden": 8, "baseline": False}}
+
+
+def _crop_resize(img: Image.Image, box: tuple[int, int, int, int], size: int) -> Image.Image:
+    return img.crop(box).resize((size, size), Image.Resampling.LANCZOS)
+
+
+def resample_assets(dest: Path, *, textures: int, materials: int, sizes: list[int], seed: int = 0) -> None:
+    """``textures`` single images and ``materials`` PBR sets cut from assets/ at random
+    squares and resized to ``sizes`` in turn (every role of a material cut alike)."""
+    rng = np.random.default_rng(seed)
+    tex_src = sorted((REPO / "assets" / "textures").glob("*.png"))
+    mat_src = sorted(p for p in (REPO / "assets" / "materials").iterdir() if p.is_dir())
+
+    def box(w: int, h: int) -> tuple[int, int, int, int]:
+        side = int(rng.integers(min(w, h) // 2, min(w, h) + 1))
+        x, y = int(rng.integers(0, w - side + 1)), int(rng.integers(0, h - side + 1))
+        return x, y, x + side, y + side
+
+    for i in range(textures):
+        img = Image.open(tex_src[i % len(tex_src)])
+        out = dest / "textures" / f"t{i:03d}.png"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        _crop_resize(img, box(*img.size), sizes[i % len(sizes)]).save(out)
+    for j in range(materials):
+        folder = mat_src[j % len(mat_src)]
+        roles = sorted(folder.glob("*.png"))
+        first = Image.open(roles[0])
+        b, size = box(*first.size), sizes[j % len(sizes)]
+        for role in roles:
+            out = dest / "materials" / f"m{j:03d}" / role.name
+            out.parent.mkdir(parents=True, exist_ok=True)
+            _crop_resize(Image.open(role), b, size).save(out)
+
+
+def copy_sample_assets(dest: Path) -> None:
+    shutil.copytree(REPO / "assets", dest, dirs_exist_ok=True)
+
+
+def write_pipeline(folder: Path, *, small: bool, device: str = "auto") -> Path:
+    """pipeline.toml's stages over ``folder``'s textures/ and materials/ (tiny params
+    with ``small``); its Slang compile cache is shared through XDG_CACHE_HOME."""
+    default = tomllib.loads((REPO / "pipeline.toml").read_text())
+    lines = ["[project]", 'name = "bench"', 'out = "out"', 'cache = "cache"', f'device = "{device}"', "seed = 1", "",
+             "[assets.textures]", 'image = "textures/*.png"', "", "[assets.materials]", 'material = "materials/*"', ""]
+    for name, stage in default["stages"].items():
+        params = TINY_PARAMS[stage["type"]] if small else stage.get("params", {})
+        inline = ", ".join(f"{k} = {json.dumps(v)}" for k, v in params.items())
+        lines += [f"[stages.{name}]", f'type = "{stage["type"]}"', f"inputs = {json.dumps(stage['inputs'])}",
+                  f"params = {{ {inline} }}", ""]
+    path = folder / "pipeline.toml"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def bake_env(work: Path) -> dict[str, str]:
+    """One Slang compile cache for every bake of a run (local, pool and Ray workers alike),
+    and the checkout first on the path."""
+    env = dict(os.environ)
+    env["XDG_CACHE_HOME"] = str(work / "xdg")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env.setdefault("RAY_AUTH_MODE", "disabled")
+    env.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # a bake's own Ray cluster listens on loopback
+    return env
+
+
+def link_compile_cache(folder: Path, work: Path) -> None:
+    """Points the pipeline's device cache at the shared one (bake_env's XDG_CACHE_HOME)."""
+    shared = work / "xdg" / "bakery"
+    shared.mkdir(parents=True, exist_ok=True)
+    (folder / "cache").mkdir(parents=True, exist_ok=True)
+    link = folder / "cache" / "device"
+    if not link.exists():
+        link.symlink_to(shared, target_is_directory=True)
+
+
+def run_bake(pipeline: Path, work: Path, *args: str) -> dict:
+    """Bakes in a fresh process; returns wall time, exit code and the bake report."""
+    report = pipeline.parent / "bench-report.json"
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "bakery", "bake", str(pipeline), "--report", str(report), *args],
+                       cwd=pipeline.parent, env=bake_env(work), capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    rep = json.loads(report.read_text()) if report.is_file() else {}
+    return {"wall_s": wall, "exit": p.returncode, "report": rep, "log": (p.stdout + p.stderr)[-4000:]}
+
+
+def verify(out: Path) -> bool:
+    p = subprocess.run([sys.executable, "-m", "bakery", "verify", str(out)], capture_output=True, text=True,
+                       env=bake_env(out.parent))
+    return p.returncode == 0
+
+
+def task_seconds(report: dict) -> float:
+    return sum(t.get("seconds") or 0.0 for t in report.get("tasks", []))
+
+
+class GpuSampler:
+    """Samples each NVIDIA GPU's utilisation (nvidia-smi, every 200 ms) while a bake runs.
+    ``busy()`` gives the mean share per GPU index, or None without nvidia-smi."""
+
+    def __init__(self):
+        self.samples: dict[int, list[float]] = {}
+        self._proc = None
+        self._thread = None
+
+    def __enter__(self):
+        exe = shutil.which("nvidia-smi")
+        if exe:
+            self._proc = subprocess.Popen([exe, "--query-gpu=index,utilization.gpu", "--format=csv,noheader,nounits",
+                                           "-lms", "200"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            self._thread = threading.Thread(target=self._read, daemon=True)
+            self._thread.start()
+        return self
+
+    def _read(self):
+        for line in self._proc.stdout:
+            idx, _, util = line.partition(",")
+            try:
+                self.samples.setdefault(int(idx), []).append(float(util) / 100.0)
+            except ValueError:
+                continue
+
+    def __exit__(self, *exc):
+        if self._proc is not None:
+            self._proc.terminate()
+            self._proc.wait(timeout=10)
+            self._thread.join(timeout=5)
+
+    def busy(self) -> dict[int, float] | None:
+        if self._proc is None:
+            return None
+        return {i: round(float(np.mean(v)), 3) for i, v in sorted(self.samples.items()) if v}
+
+
+def outputs(out: Path) -> dict[str, bytes]:
+    """Relative path -> bytes of every bundle file (reports and logs left out)."""
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*"))
+            if p.is_file() and not p.relative_to(out).as_posix().startswith("logs/")
+            and p.name != "bake-report.json"}
+
+
+def machine() -> dict:
+    import platform
+
+    gpus = []
+    exe = shutil.which("nvidia-smi")
+    if exe:
+        q = subprocess.run([exe, "--query-gpu=name,uuid", "--format=csv,noheader"], capture_output=True, text=True)
+        gpus = [line.strip() for line in q.stdout.splitlines() if line.strip()]
+    return {"python": platform.python_version(), "cpus": os.cpu_count(), "gpus": gpus, "host": platform.node(),
+            "vulkan_adapter_of_each_gpu": adapter_matches()}
+
+
+def adapter_matches() -> dict[str, str]:
+    """For each NVIDIA GPU, the Vulkan adapter its UUID picks (the Ray workers' pinning)."""
+    from bakery.gpus import nvidia_smi_uuids, pick_adapter, uuid_bytes
+
+    found = {}
+    try:
+        import slangpy as spy
+
+        adapters = spy.Device.enumerate_adapters(spy.DeviceType.vulkan)
+    except Exception as e:  # noqa: BLE001 - no loader: say so in the JSON
+        return {"error": f"{type(e).__name__}: {e}"}
+    for index, uuid in nvidia_smi_uuids().items():
+        try:
+            a = pick_adapter(adapters, software=False, gpu_uuid=uuid)
+            how = "UUID match" if bytes(a.luid)[:16] == uuid_bytes(uuid) else "ONLY GPU, UUID NOT MATCHED"
+            found[f"{index} {uuid}"] = f"{a.name} luid={bytes(a.luid).hex()} ({how})"
+        except LookupError as e:
+            found[f"{index} {uuid}"] = f"NO MATCH: {e}"
+    return found

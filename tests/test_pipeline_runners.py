@@ -1,0 +1,182 @@
+"""Runners other than the in-process one: --jobs (worker processes), choosing a runner,
+and the cache's one sealing step under several writers. The Ray runner's own tests are
+in test_pipeline_ray.py."""
+
+import json
+import logging
+import sys
+import threading
+
+import pytest
+from click.testing import CliRunner
+
+from pipeline_helpers import BASIC_TOML, make_project, tree_snapshot
+
+from bakery.pipeline.cache import Cache
+from bakery.pipeline.cli import bake_cmd
+from bakery.pipeline.worker import write_tree
+
+CRASH_TOML = BASIC_TOML.replace('plugins = ["pipeline_helpers"]', 'plugins = ["pipeline_helpers", "runner_stages"]') + """
+[stages.crash]
+type = "test_crash_once"
+inputs = ["photos"]
+params = { marker = "MARKER" }
+"""
+
+
+def bake(*args, code=0):
+    r = CliRunner().invoke(bake_cmd, ["pipeline.toml", *args])
+    assert r.exit_code == code, r.output
+    return r
+
+
+def outputs(root):
+    return {k: v for k, v in tree_snapshot(root / "out").items()
+            if not k.startswith("logs/") and k != "bake-report.json"}
+
+
+def statuses(root):
+    report = json.loads((root / "out" / "bake-report.json").read_text())
+    return {f"{t['stage']}/{t['asset']}": t["status"] for t in report["tasks"]}
+
+
+def test_put_with_two_writers_of_one_key_seals_one_entry(tmp_path):
+    cache = Cache(tmp_path / "cache")
+    both_staged = threading.Barrier(2)
+    returned = {}
+
+    def writer(tag):
+        def write(folder):
+            write_tree({"data.txt": tag.encode(), "manifest.json": b"{}"}, folder)
+            both_staged.wait()  # neither has renamed its entry in yet
+        returned[tag] = cache.put("k" * 64, write)
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in ("first", "second")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert cache.check("k" * 64).state == "ok"
+    assert returned["first"] == returned["second"] == cache.sums("k" * 64)  # both report the one entry
+    assert sorted(p.name for p in (tmp_path / "cache" / "entries").iterdir()) == ["k" * 64]  # no leftovers
+
+
+def test_put_replaces_an_incomplete_entry_and_replace_forces(tmp_path):
+    cache = Cache(tmp_path / "cache")
+    key = "a" * 64
+    cache.bundle_dir(key).mkdir(parents=True)
+    (cache.bundle_dir(key) / "half.bin").write_bytes(b"killed before sums.json")
+    sums = cache.put(key, lambda f: write_tree({"x": b"new"}, f))
+    assert cache.check(key).state == "ok" and set(sums) == {"x"}
+    assert cache.put(key, lambda f: write_tree({"y": b"other"}, f)) == sums  # a sealed entry stays
+    assert set(cache.put(key, lambda f: write_tree({"y": b"other"}, f), replace=True)) == {"y"}
+
+
+def test_jobs_gives_the_local_bytes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    make_project(tmp_path)
+    bake()
+    local = outputs(tmp_path)
+    r = bake("--force", "--jobs", "2")
+    assert "6 tasks: 6 built" in r.output
+    assert outputs(tmp_path) == local
+    assert (tmp_path / "out/logs/blur/photos/a.log").is_file()
+    assert "6 tasks: 0 built, 6 cached" in bake("--jobs", "2").output
+
+
+def test_jobs_retries_a_task_whose_worker_died(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    make_project(tmp_path, CRASH_TOML.replace("MARKER", str(tmp_path / "died-{}")), images=("a",))
+    # one marker per asset: the stage's param is the same for every asset, so use one asset
+    r = bake("--jobs", "2")
+    assert "3 tasks: 3 built" in r.output, r.output
+    assert (tmp_path / "died-{}").is_file()
+    assert (tmp_path / "out/crash/photos/a/done.txt").read_text() == "photos/a"
+
+
+def test_jobs_gives_up_after_max_retries(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    make_project(tmp_path, CRASH_TOML.replace("MARKER", str(tmp_path / "died")), images=("a",))
+    r = bake("--jobs", "2", "--max-retries", "0", code=1)
+    assert statuses(tmp_path)["crash/photos/a"] == "failed"
+    assert "worker lost" in r.output
+    assert not (tmp_path / "out/crash").exists()  # nothing half-published
+
+
+def test_runner_ray_without_ray_says_how_to_install(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    make_project(tmp_path)
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    r = bake("--runner", "ray", code=2)
+    assert r.output.strip().splitlines() == ["error: --runner: --runner ray needs Ray: pip install 'bakery[ray]' "
+                                             "(or pip install 'ray>=2.9')"]
+    assert not (tmp_path / "out" / "blur").exists()
+    bake("--runner", "ray", "--dry-run", code=3)  # planning needs no cluster
+
+
+@pytest.mark.parametrize("value,message", [('"slurm"', "unknown runner 'slurm' (allowed: local, ray)"),
+                                           ("3", "expected a string, got 3")])
+def test_project_runner_is_validated(tmp_path, monkeypatch, value, message):
+    monkeypatch.chdir(tmp_path)
+    make_project(tmp_path, BASIC_TOML.replace('seed = 7', f'seed = 7\nrunner = {value}'))
+    r = bake(code=2)
+    assert f"pipeline.toml:6: project.runner: {message}" in r.output
+
+
+def test_jobs_must_be_positive(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    make_project(tmp_path)
+    assert "--jobs must be at least 1" in bake("--jobs", "0", code=2).output
+
+
+class FakeBackend:
+    """Runs nothing: records what the dispatcher submits and ends jobs when told to."""
+
+    def __init__(self, slots):
+        self.slots, self.running, self.submitted, self.closed = slots, [], [], None
+
+    def can_take(self, spec):
+        return len(self.running) < self.slots
+
+    def submit(self, job):
+        self.running.append(job)
+        self.submitted.append((job.spec.id, [j.spec.id for j in self.running]))
+
+    def wait(self):
+        from bakery.pipeline.worker import Attempt
+
+        job = self.running.pop(0)
+        return [(job, Attempt(job.spec.id, "failed", error=f"{job.spec.id}: no worker here"))]
+
+    def close(self, *, cancel):
+        self.closed = cancel
+
+
+def _specs(tmp_path, monkeypatch):
+    from bakery.pipeline.config import load_pipeline
+    from bakery.pipeline.planner import plan
+
+    monkeypatch.chdir(tmp_path)
+    return plan(load_pipeline(make_project(tmp_path)))
+
+
+def test_dispatch_runs_independent_tasks_at_once_and_follows_the_dag(tmp_path, monkeypatch):
+    from bakery.pipeline.dispatch import DagRunner
+
+    specs = _specs(tmp_path, monkeypatch)
+    backend = FakeBackend(slots=3)
+    events = list(DagRunner(Cache(tmp_path / "cache"), backend, logging.getLogger("t")).run(specs))
+    # the three blur tasks are in flight together; the summaries wait for them and are skipped
+    assert backend.submitted[2] == ("blur/photos/c", ["blur/photos/a", "blur/photos/b", "blur/photos/c"])
+    assert [e.kind for e in events if e.task.startswith("summary")] == ["skipped"] * 3
+    assert backend.closed is False
+
+
+def test_dispatch_cancels_the_backend_when_the_bake_is_interrupted(tmp_path, monkeypatch):
+    from bakery.pipeline.dispatch import DagRunner
+
+    backend = FakeBackend(slots=2)
+    events = DagRunner(Cache(tmp_path / "cache"), backend, logging.getLogger("t")).run(_specs(tmp_path, monkeypatch))
+    assert next(events).kind == "started"
+    events.close()  # what the executor does on Ctrl-C
+    assert backend.closed is True
