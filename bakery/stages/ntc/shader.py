@@ -109,9 +109,9 @@ void ntc_sample({lat_params}uint k, float u, float v, uint first, inout float in
 }}
 """
     c = r["const"]
-    normal = f"""
+    normal = """
     if (NTC_NORMAL_CHANNEL >= 0)
-    {{
+    {
         uint nc = uint(NTC_NORMAL_CHANNEL);
         float nx = outputs[nc] * 2.0 - 1.0;
         float ny = outputs[nc + 1u] * 2.0 - 1.0;
@@ -120,7 +120,7 @@ void ntc_sample({lat_params}uint k, float u, float v, uint first, inout float in
         outputs[nc] = nx * s * 0.5 + 0.5;
         outputs[nc + 1u] = ny * s * 0.5 + 0.5;
         outputs[nc + 2u] = nz * s * 0.5 + 0.5;
-    }}"""
+    }"""
     return mlp + f"""
 // ---- NTC per-texel decode ({lang}, {grid.mode} latents) ----------------------------------
 // Decodes texel (px, py) of colour mip `mip` of the {grid.width}x{grid.height} set; {r["bind"]}.

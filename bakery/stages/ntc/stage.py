@@ -21,7 +21,7 @@ from bakery.stages import Param, Stage, StageResult, register
 from bakery.stages.base import StepProgress
 from bakery.stages.ntc import bc4, packing
 from bakery.stages.ntc.objective import LATENT_BITS, LATENT_MODES, LatentTextureFit
-from bakery.stages.ntc.rate import choose, ladder, latent_bytes
+from bakery.stages.ntc.rate import choose, ladder
 from bakery.stages.ntc.shader import LANGUAGES, generate_ntc_decoder
 
 #: Training budget per device class: the CPU (lavapipe) preset finishes a 256^2 set in
@@ -168,12 +168,9 @@ class NeuralTextureCompression(Stage):
                                                                           normal_channel=material.normal_channel).encode(),
                             role="shader")
 
-        mip_psnr = [round(mean_psnr([psnr(im[..., a:a + n], ref[..., a:a + n]) for a, n in material.slices]), 3)
+        mip_psnr = [round(set_psnr([psnr(im[..., a:a + n], ref[..., a:a + n]) for a, n in material.slices]), 3)
                     for im, ref in zip(mip_images, obj.pyramid)]
-        from bakery.formats import weights as weights_format
-        weights_bytes = weights_format.layout(point.network, "float16")[1]
-        lat_bytes = latent_bytes(grid)
-        assert (lat_bytes + weights_bytes) * 8 == point.bits
+        lat_bytes, weights_bytes = point.latent_bits // 8, point.decoder_bits // 8
         metrics = {"bpp": round(point.bpp, 4), "psnr_db": {r: round(v, 3) for r, v in scores.items()},
                    "mean_psnr_db": round(mean_psnr(scores.values()), 3),
                    "set_psnr_db": round(set_psnr(scores.values()), 3)}
@@ -191,7 +188,7 @@ class NeuralTextureCompression(Stage):
                           "bpp": point.bpp, "gpu_resident_bytes": {latent_file: lat_bytes, "weights.bin": weights_bytes},
                           "requested_bpp": params["bpp"] if params["target_psnr"] <= 0 else None,
                           "texels": w * h, "tried": tried},
-                 "mip_psnr_db": mip_psnr,
+                 "mip_psnr_db": mip_psnr,   # per colour mip, set PSNR (mean MSE) against the box-filtered chain
                  "training": {"preset": preset_name, "steps": steps, "batch": batch,
                               "bc_refresh": refresh if grid.mode == "bc" else None,
                               "noise_steps": obj.noise_steps, "latents_frozen_from_step": (
