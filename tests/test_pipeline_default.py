@@ -46,5 +46,6 @@ def test_default_pipeline_validates():
                                      "compress/materials/bricks", "compress/materials/cobblestones",
                                      "compress/materials/tiles", "shader_fit/fits/brightness",
                                      "shader_fit/fits/rainbow", "mips/materials/bricks",
-                                     "mips/materials/cobblestones", "mips/materials/tiles"}
+                                     "mips/materials/cobblestones", "mips/materials/tiles",
+                                     "procedural/textures/rust", "procedural/textures/wood"}
     assert pipe.out == REPO / "out" and pipe.cache == REPO / ".bakery-cache"

@@ -1,0 +1,174 @@
+"""Fitting the continuous parameters of many candidate programs in one go.
+
+Every (structure, restart) pair is a job with its own parameter slots in one
+:class:`PlainParameters` group; one Slang module holds all structures of a batch behind
+a switch, so each training step is one statistics dispatch, one backward dispatch and
+one Adam dispatch for the whole batch. The loop is the shared :class:`Trainer`'s; only
+the backward pass gains the statistics dispatch in front (see fit.slang).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from bakery.nn.optimizers import Adam
+from bakery.nn.parameters import PlainParameters, make_buffer
+from bakery.nn.trainer import GROUP, TrainConfig, Trainer
+from bakery.stages.procedural import texture_stats
+from bakery.stages.procedural.codegen import fitting_function
+from bakery.stages.procedural.dsl import Node, param_count, param_scales
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    steps: int = 200
+    batch: int = 4096            # samples per job and step (rounded to a multiple of 64)
+    lr: float = 0.02
+    pixel_weight: float = 1.0
+    texture_weight: float = 1.0
+    stats_every: int = 1         # steps between refreshes of the statistics (stale ones slow convergence)
+    seed: int = 0
+
+
+@dataclass
+class JobResult:
+    structure: int               # index into the batch's structures
+    params: np.ndarray           # fitted values in shader units
+    render: np.ndarray           # [H, W, 3] at the target size
+    pixel_mse: float
+    texture_loss: float
+
+
+def fit_source(structures: Sequence[Node], texture: bool = True) -> str:
+    """The generated Slang of one batch: a fitting function per structure and the switch."""
+    max_params = max(1, max(param_count(s) for s in structures))
+    parts = [f"#define BK_MAXP {max_params}\n#define BK_TEXTURE {int(texture)}\n", '#include "stages/procedural/primitives.slang"\n']
+    for i, s in enumerate(structures):
+        parts.append(fitting_function(s, f"bk_program_{i}", max_params))
+    cases = "".join(f"    case {i}: return bk_program_{i}(uv, p);\n" for i in range(len(structures)))
+    parts.append(f"[Differentiable]\nfloat3 bk_eval(no_diff uint s, no_diff float2 uv, float p[{max_params}])\n{{\n"
+                 f"    switch (s)\n    {{\n{cases}    default: return float3(0.0, 0.0, 0.0);\n    }}\n}}\n")
+    parts.append('#include "stages/procedural/fit.slang"\n')
+    return "".join(parts)
+
+
+class BatchObjective:
+    """The Trainer's objective for one batch of jobs (see fit.slang for the kernels)."""
+
+    def __init__(self, device, target: np.ndarray, structures: Sequence[Node],
+                 jobs: Sequence[tuple[int, np.ndarray]], config: FitConfig):
+        self.device, self.structures, self.config = device, list(structures), config
+        self.height, self.width = target.shape[:2]
+        n = self.width * self.height
+        self.batch = n if config.batch >= n else max(GROUP, config.batch // GROUP * GROUP)
+        if self.batch % GROUP and config.steps > 0:
+            raise ValueError(f"{self.width}x{self.height} has {n} pixels, not a multiple of {GROUP}; "
+                             f"use a batch below {n}")
+        self.scales = [param_scales(s) for s in self.structures]
+        table, values, offset = [], [], 0
+        for s, init in jobs:
+            count = param_count(self.structures[s])
+            table.append((s, offset, count, 0))
+            values.append(np.asarray(init, np.float64) / self.scales[s])
+            offset += count
+        self.jobs = table
+        flat = np.concatenate(values) if offset else np.zeros(1)
+        self.group = PlainParameters(device, flat.astype(np.float32), lr=config.lr)
+        self._target = make_buffer(device, np.ascontiguousarray(target[:, :, :3], np.float32).reshape(-1))
+        self._jobs = make_buffer(device, np.asarray(table, np.uint32).reshape(-1))
+        self.stats = make_buffer(device, np.zeros(len(table) * (2 * texture_stats.STATS + 1), np.uint64))
+        self._render = make_buffer(device, np.zeros(len(table) * n * 3, np.float32))
+        self._source: str | None = None
+
+    def slang_source(self) -> str:
+        if self._source is None:  # built once: the prepass asks for it every step
+            self._source = fit_source(self.structures, self.config.texture_weight > 0.0)
+        return self._source
+
+    def vars(self) -> dict:
+        return {"g_plain_params": self.group.params, "g_plain_grads": self.group.grads, "g_target": self._target,
+                "g_jobs": self._jobs, "g_stats": self.stats,
+                "g_render": self._render}
+
+    def uniforms(self, step: int, batch: int = 0, seed: int = 0) -> dict:
+        c = self.config
+        return {"jobs": len(self.jobs), "batch": self.batch, "width": self.width, "height": self.height,
+                "seed": c.seed & 0xFFFFFFFF, "step": step, "pixel_weight": c.pixel_weight,
+                "texture_weight": c.texture_weight}
+
+    def param_groups(self) -> list:
+        return [self.group]
+
+    def record_prepass(self, encoder, step: int, seed: int) -> None:
+        """The trainer's hook before each backward: refresh the renders' texture statistics
+        (the texture term's gradient reads them) every ``stats_every`` steps."""
+        if self.config.texture_weight > 0.0 and step % self.config.stats_every == 0:
+            encoder.clear_buffer(self.stats)
+            self.device.kernel(self.slang_source(), "stats_step").dispatch(
+                [self.threads(), 1, 1], vars=self.vars(), command_encoder=encoder, u=self.uniforms(step))
+
+    def threads(self) -> int:
+        return len(self.jobs) * self.batch
+
+    def results(self, trainer: Trainer, target_stats: np.ndarray, target: np.ndarray) -> list[JobResult]:
+        n = self.width * self.height
+        trainer.run_kernel("render", len(self.jobs) * n, self.uniforms(0))
+        renders = self._render.to_numpy().view(np.float32)[: len(self.jobs) * n * 3].reshape(
+            len(self.jobs), self.height, self.width, 3)
+        values = self.group.download().astype(np.float64)
+        out = []
+        for (s, offset, count, _), render in zip(self.jobs, renders):
+            params = values[offset:offset + count] * self.scales[s]
+            render = render.copy()
+            ok = np.isfinite(render).all()
+            mse = float(np.mean((render - target[:, :, :3]) ** 2)) if ok else float("inf")
+            tex = texture_stats.texture_loss(render, target_stats) if ok else float("inf")
+            out.append(JobResult(s, params, render, mse, tex))
+        return out
+
+
+def fit_jobs(device, target: np.ndarray, target_stats: np.ndarray, structures: Sequence[Node],
+             jobs: Sequence[tuple[int, np.ndarray]], config: FitConfig) -> list[JobResult]:
+    """Fits every job (structure index, initial parameters in shader units) by Adam;
+    returns each job's fitted parameters, render and losses (the texture loss against
+    ``target_stats``, the whole target's statistics)."""
+    objective = BatchObjective(device, target, structures, jobs, config)
+    train = TrainConfig(steps=config.steps, batch=objective.threads(), optimizer=Adam(lr=config.lr),
+                        schedule="cosine", final_lr_ratio=0.05, seed=config.seed)
+    trainer = Trainer(device, None, objective, train)
+    trainer.train()
+    return objective.results(trainer, target_stats, target)
+
+
+def screen_jobs(device, target: np.ndarray, structures: Sequence[Node], jobs: Sequence[tuple[int, np.ndarray]],
+                config: FitConfig) -> np.ndarray:
+    """How each job's starting point matches the target, without training: the correlation
+    of render and target luminance. Its magnitude judges where edges and phases lie
+    whatever a ramp's colours; its sign says whether the colours run the wrong way.
+    Uses the fitting module, so it costs no compile."""
+    objective = BatchObjective(device, target, structures, jobs, config)
+    trainer = Trainer(device, None, objective, TrainConfig(steps=0, batch=objective.threads()))
+    n = objective.width * objective.height
+    trainer.run_kernel("render", len(jobs) * n, objective.uniforms(0))
+    renders = objective._render.to_numpy().view(np.float32)[: len(jobs) * n * 3].reshape(len(jobs), n, 3)
+    luma = renders.mean(axis=2).astype(np.float64)
+    t = target[:, :, :3].mean(axis=2).reshape(-1).astype(np.float64)
+    t = t - t.mean()
+    luma = luma - luma.mean(axis=1, keepdims=True)
+    denom = np.sqrt((luma ** 2).sum(axis=1) * (t ** 2).sum()) + 1e-12
+    return np.nan_to_num(luma @ t / denom, nan=0.0)
+
+
+def render_program(device, program: Node, width: int, height: int) -> np.ndarray:
+    """Renders a fitted program at any size through the fitting kernels (one job)."""
+    from bakery.stages.procedural.dsl import flatten
+    blank = np.zeros((height, width, 3), np.float32)
+    cfg = FitConfig(steps=0, batch=width * height, texture_weight=0.0)
+    objective = BatchObjective(device, blank, [program.structure()], [(0, flatten(program))], cfg)
+    trainer = Trainer(device, None, objective, TrainConfig(steps=0, batch=objective.threads()))
+    n = width * height
+    trainer.run_kernel("render", n, objective.uniforms(0))
+    return objective._render.to_numpy().view(np.float32)[: n * 3].reshape(height, width, 3).copy()

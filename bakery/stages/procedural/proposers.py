@@ -1,0 +1,173 @@
+"""Where candidate structures come from.
+
+A proposer returns programs (trees, with or without parameters) for the search to fit and
+score. The built-in one starts from every primitive under a colour ramp and then mutates
+the best programs found so far (swap a leaf, wrap in a transform or threshold, combine
+with a second field, change ramp stops or fBm octaves, unwrap); children inherit their
+parent's fitted parameters. ``cmd:...`` runs an external command (a language model, a
+user's library): it reads a JSON request on stdin and prints programs as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from typing import Sequence
+
+import numpy as np
+
+from bakery.errors import UsageError
+from bakery.stages.procedural.dsl import (COLOUR, FIELD, OPS, Node, ProgramError, complexity, from_json, instructions,
+                                          node_type, program_document)
+
+#: Field primitives (leaves), in the order generation 0 tries them.
+LEAVES = ("linear_gradient", "radial_gradient", "stripes_sine", "stripes_saw", "checker", "bricks",
+          "value_noise", "gradient_noise", "fbm", "worley")
+
+
+def leaf(op: str) -> Node:
+    return Node(op, (), tuple((k, v[0]) for k, v in OPS[op].attrs.items()), ())
+
+
+def ramp(child: Node, stops: int = 2) -> Node:
+    return Node("ramp", (child,), (("stops", stops),), ())
+
+
+def _paths(node: Node, path=()):
+    yield path, node
+    for i, c in enumerate(node.inputs):
+        yield from _paths(c, path + (i,))
+
+
+def _replace_at(node: Node, path: tuple, new: Node) -> Node:
+    if not path:
+        return new
+    inputs = list(node.inputs)
+    inputs[path[0]] = _replace_at(inputs[path[0]], path[1:], new)
+    return node.replace(inputs=tuple(inputs))
+
+
+def mutations(program: Node) -> list[Node]:
+    """Every one-step structural edit of ``program`` the built-in proposer knows
+    (parameters of untouched nodes are kept)."""
+    out: list[Node] = []
+    for path, n in _paths(program):
+        t = node_type(n)
+        if t == FIELD:
+            if not n.inputs:  # swap a leaf for another primitive
+                out += [_replace_at(program, path, leaf(op)) for op in LEAVES if op != n.op]
+            out.append(_replace_at(program, path, Node("threshold", (n,), (), ())))
+            for wrap in ("warp", "polar"):
+                if n.op != wrap:
+                    out.append(_replace_at(program, path, Node(wrap, (n,), (), ())))
+            for comb in ("add", "multiply"):
+                out += [_replace_at(program, path, Node(comb, (n, leaf(op)), (), ())) for op in LEAVES]
+        if n.op in ("threshold", "warp", "polar") and node_type(n.inputs[0]) == t:
+            out.append(_replace_at(program, path, n.inputs[0]))  # unwrap
+        if n.op in ("add", "multiply"):
+            out += [_replace_at(program, path, c) for c in n.inputs]
+        if n.op == "ramp":
+            stops = n.attr["stops"]
+            for s in (stops - 1, stops + 1):
+                if 2 <= s <= 4:
+                    out.append(_replace_at(program, path, Node("ramp", n.inputs, (("stops", s),), ())))
+        if n.op == "fbm":
+            a = n.attr
+            for o in (a["octaves"] - 1, a["octaves"] + 1):
+                if 1 <= o <= 8:
+                    out.append(_replace_at(program, path, n.replace(attrs=(("octaves", o), ("basis", a["basis"])))))
+            other = "value" if a["basis"] == "gradient" else "gradient"
+            out.append(_replace_at(program, path, n.replace(attrs=(("octaves", a["octaves"]), ("basis", other)))))
+    if node_type(program) == COLOUR:
+        out += [Node("mix", (leaf(op), program, Node("constant", (), (), ())), (), ())
+                for op in ("checker", "bricks", "stripes_sine", "fbm", "worley")]
+    return out
+
+
+class BuiltinProposer:
+    name = "builtin"
+
+    def initial(self) -> list[Node]:
+        return [ramp(leaf(op)) for op in LEAVES]
+
+    def propose(self, beam: Sequence[Node], rng: np.random.Generator, limit: int, seen=frozenset()) -> list[Node]:
+        """Unseen children of the beam's programs, an equal share per parent (best parent
+        first); within a parent the simplest first (node count, then instruction
+        estimate: the score's own prior), ties in seeded random order."""
+        out, taken = [], set(seen)
+        per_parent = max(1, -(-limit // max(1, len(beam))))
+        for parent in beam:
+            kids = mutations(parent)
+            tie = rng.permutation(len(kids))
+            order = sorted(range(len(kids)), key=lambda i: (complexity(kids[i]), instructions(kids[i]), tie[i]))
+            share = 0
+            for i in order:
+                k = kids[i].key()
+                if k in taken:
+                    continue
+                taken.add(k)
+                out.append(kids[i])
+                share += 1
+                if share == per_parent:
+                    break
+        return out[:limit]
+
+
+class CommandProposer:
+    """Runs ``command`` once per generation. stdin: {"generation", "width", "height",
+    "mean_colour", "best": [programs], "ops": [names]}; stdout: {"programs": [...]} or a list.
+    Each malformed program is skipped with a warning naming the problem."""
+
+    name = "cmd"
+
+    def __init__(self, command: str, log, *, timeout: float = 60.0):
+        self.argv = shlex.split(command)
+        if not self.argv:
+            raise UsageError("empty proposer command", key="params.proposer")
+        self.log, self.timeout = log, timeout
+
+    def request(self, generation: int, width: int, height: int, mean_colour, best: Sequence[Node]) -> list[Node]:
+        req = {"generation": generation, "width": width, "height": height,
+               "mean_colour": [float(x) for x in mean_colour], "ops": list(OPS),
+               "best": [program_document(b) for b in best]}
+        try:
+            proc = subprocess.run(self.argv, input=json.dumps(req), capture_output=True, text=True,
+                                  timeout=self.timeout)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            self.log.warning("proposer %r failed (%s); no programs from it this generation", self.argv[0], e)
+            return []
+        if proc.returncode != 0:
+            self.log.warning("proposer %r exited with %d: %s", self.argv[0], proc.returncode,
+                             proc.stderr.strip().splitlines()[-1:] or "")
+            return []
+        return parse_proposals(proc.stdout, self.log)
+
+
+def parse_proposals(text: str, log) -> list[Node]:
+    """Programs from a proposer's output; malformed ones are skipped with a warning."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        log.warning("proposer output is not JSON (%s); skipped", e)
+        return []
+    items = doc.get("programs") if isinstance(doc, dict) else doc
+    if not isinstance(items, list):
+        log.warning("proposer output has no 'programs' list; skipped")
+        return []
+    out = []
+    for i, item in enumerate(items):
+        try:
+            out.append(from_json(item))
+        except ProgramError as e:
+            log.warning("proposer program %d skipped: %s", i, e)
+    return out
+
+
+def make_proposers(spec: str, log) -> tuple[BuiltinProposer, CommandProposer | None]:
+    """``builtin`` or ``cmd:COMMAND`` (the built-in proposer always runs as well)."""
+    if spec == "builtin":
+        return BuiltinProposer(), None
+    if spec.startswith("cmd:"):
+        return BuiltinProposer(), CommandProposer(spec[4:], log)
+    raise UsageError(f"unknown proposer {spec!r} (use 'builtin' or 'cmd:COMMAND')", key="params.proposer")

@@ -1,0 +1,139 @@
+"""Stage ``procedural``: find a small procedural program that draws the texture.
+
+A search over program structures (proposers.py, search.py), each candidate's parameters
+fitted by Adam on the device (fit.py), scored by image loss + complexity. The bundle holds
+the program (JSON), its shader in Slang/HLSL/GLSL, renders at the source size and at 4x
+drawn by that shader, the target, a difference image, the loss/complexity Pareto front,
+and the program's bytes beside the PNG and BC7 bytes of the image.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+
+from bakery.baselines import bcn
+from bakery.baselines.resample import downsample_area
+from bakery.errors import UsageError
+from bakery.formats.images import encode_png, load_image, psnr
+from bakery.stages import Param, Stage, StageResult, register
+from bakery.stages.procedural import codegen, texture_stats
+from bakery.stages.procedural.dsl import complexity, instructions, param_count, program_document
+from bakery.stages.procedural.fit import FitConfig
+from bakery.stages.procedural.proposers import make_proposers
+from bakery.stages.procedural.render import render_shader
+from bakery.stages.procedural.search import Search, SearchConfig
+
+MIN_SIZE = 32
+#: Per-device defaults for the ``0 = auto`` params: (software, hardware).
+PRESETS = {"generations": (2, 6), "population": (12, 48), "beam": (2, 6), "restarts": (3, 8), "steps": (120, 600),
+           "batch": (1024, 16384), "fit_size": (64, 256), "refine_steps": (150, 1500)}
+
+
+@register
+class Procedural(Stage):
+    type_name = "procedural"
+    version = "1"
+    description = "find a compact procedural shader program that draws the texture"
+    input_roles = ("image",)
+    params = (
+        Param("generations", int, 0, "search generations (0: 2 on CPU, 6 on GPU)", min=0, max=100),
+        Param("population", int, 0, "new structures fitted per generation (0: auto)", min=0, max=4096),
+        Param("beam", int, 0, "programs kept and mutated per generation (0: auto)", min=0, max=256),
+        Param("restarts", int, 0, "random restarts of each structure's fit (0: auto)", min=0, max=64),
+        Param("steps", int, 0, "Adam steps per fit (0: auto)", min=0, max=100_000),
+        Param("batch", int, 0, "pixels sampled per restart and step (0: auto)", min=0, max=1 << 22),
+        Param("fit_size", int, 0, "longest side the search fits at (0: 64 on CPU, 256 on GPU)", min=0, max=4096),
+        Param("refine_steps", int, 0, "steps of the final fit of the winner (0: auto)", min=0, max=100_000),
+        Param("lr", float, 0.02, "Adam learning rate (on unit-scaled parameters)", min=1e-6, max=1.0),
+        Param("complexity_weight", float, 1e-4, "score = image loss + this x node count", min=0.0, max=1.0),
+        Param("texture_weight", float, 0.5, "weight of the texture-statistics term in the image loss",
+              min=0.0, max=1e4),
+        Param("proposer", str, "builtin", "structure proposer: 'builtin' or 'cmd:COMMAND' (adds a command's programs)"),
+    )
+
+    def run(self, ctx, inputs, params) -> StageResult:
+        (inp,) = inputs
+        path = inp.files["image"]
+        image = load_image(path, key="image")
+        h, w, c = image.shape
+        if c not in (3, 4):
+            raise UsageError(f"expected an RGB or RGBA image, got {c} channel(s)", where=str(path), key="image")
+        if min(h, w) < MIN_SIZE:
+            raise UsageError(f"image is {w}x{h}; the procedural search needs at least {MIN_SIZE}x{MIN_SIZE}",
+                             where=str(path), key="image")
+        builtin, command = make_proposers(params["proposer"], ctx.log)
+        device = ctx.device
+        hw = 0 if device.info.software else 1
+        used = {k: (params[k] or PRESETS[k][hw]) for k in PRESETS}
+        rgb = image[:, :, :3]
+        scale = min(1.0, used["fit_size"] / max(h, w))
+        fw, fh = max(MIN_SIZE, round(w * scale)), max(MIN_SIZE, round(h * scale))
+        fit_target = rgb if (fw, fh) == (w, h) else downsample_area(rgb, fw, fh)
+        fit = FitConfig(steps=used["steps"], batch=used["batch"], lr=params["lr"],
+                        texture_weight=params["texture_weight"])
+        config = SearchConfig(generations=used["generations"], population=used["population"], beam=used["beam"],
+                              restarts=used["restarts"], complexity_weight=params["complexity_weight"], fit=fit,
+                              refine_steps=used["refine_steps"])
+        search = Search(device, fit_target, config, builtin, command, seed=ctx.seed, log=ctx.log,
+                        progress=ctx.progress)
+        best = search.run()
+        program = best.program
+
+        sources = {lang: codegen.generate(program, lang) for lang in codegen.LANGUAGES}
+        render = render_shader(device, program, w, h, sources["slang"])
+        render4 = render_shader(device, program, 4 * w, 4 * h, sources["slang"])
+        score = psnr(render, rgb)
+        tex = texture_stats.texture_loss(render, texture_stats.statistics(rgb))
+        doc = program_document(program)
+        program_bytes = len(json.dumps(doc, separators=(",", ":")))  # the compact form an engine would store
+        sizes = {"program_json": program_bytes, "params_fp32": 4 * param_count(program),
+                 "png": len(encode_png(image)), "bc7": bcn.encoded_size("bc7", w, h)}
+        front = [dict(cand.summary(), program=program_document(cand.program)["root"]) for cand in search.front()]
+
+        out = ctx.out
+        out.write_json("program.json", doc, role="program")
+        for lang, text in sources.items():
+            out.write_bytes(f"procedural.{lang}", text.encode(), role="shader")
+        out.write_png("render.png", render)
+        out.write_png("render_4x.png", render4)
+        out.write_png("target.png", image)
+        # |render - target| x 4, so small errors are visible.
+        out.write_png("difference.png", np.clip(4.0 * np.abs(render - rgb), 0.0, 1.0))
+        out.write_json("pareto.json", {"complexity_weight": config.complexity_weight, "front": front})
+        out.write_bytes("pareto.png", _pareto_plot(search), role="preview")
+        ctx.log.info("%s: %dx%d -> %d nodes, %d params, %d B program vs %d B PNG / %d B BC7; PSNR %.2f dB",
+                     inp.name, w, h, best.nodes, param_count(program), program_bytes, sizes["png"], sizes["bc7"],
+                     score)
+        metrics = {"psnr_db": round(score, 4), "complexity": complexity(program),
+                   "instructions": instructions(program), "texture_loss": round(tex, 8),
+                   "program_bytes": program_bytes, "png_bytes": sizes["png"], "bc7_bytes": sizes["bc7"]}
+        return StageResult(metrics=metrics, manifest={
+            "source": {"width": w, "height": h, "channels": c, "alpha_ignored": c == 4},
+            "search": {**used, "fit_width": fw, "fit_height": fh, "structures_fitted": len(search.evaluated),
+                       "from_command": sum(1 for c in search.evaluated.values() if c.origin == "cmd")},
+            "sizes": sizes})
+
+
+def _pareto_plot(search) -> bytes:
+    """Loss against node count: every fitted structure, the front joined by a line."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    every = list(search.evaluated.values())
+    front = search.front()
+    fig, ax = plt.subplots(figsize=(5, 3.5), dpi=100)
+    ax.scatter([c.nodes for c in every], [c.loss for c in every], s=12, c="0.6", label="fitted structures")
+    ax.plot([c.nodes for c in front], [c.loss for c in front], "o-", c="C3", label="Pareto front")
+    ax.set_yscale("log")
+    ax.set_xlabel("complexity (nodes)")
+    ax.set_ylabel("image loss")
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    plt.close(fig)
+    return buf.getvalue()

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Runs benchmarks (and the test suite) on the GPU machine, each under its own time limit,
+# so one slow run cannot eat the others' share of a device call. Logs and JSON land in
+# $OUT (the device tool's return folder) or bench/out, packed as results.tar.gz.
+#
+#   bash bench/all.sh NAME[:SECONDS] ...
+#
+# NAME: suite | mipmap | fit | procedural | train_texture | ntc | neural_material | runners | scale
+# Prepare the machine first (see README): source .device/setup.sh and install .whl/*.whl.
+set -u
+cd "$(dirname "$0")/.."
+dest=${OUT:-bench/out}
+mkdir -p "$dest/logs" bench/out
+export PYTHONUNBUFFERED=1
+
+command_of() {
+  case "$1" in
+    suite)           echo "python3 -m pytest -q -n 8 -p no:cacheprovider" ;;
+    mipmap)          echo "python3 bench/mipmap.py --device vulkan --no-ablation" ;;
+    fit)             echo "python3 bench/fit.py --device vulkan" ;;
+    procedural)      echo "python3 bench/procedural.py --device vulkan" ;;
+    train_texture)   echo "python3 bench/train_texture.py --device vulkan --steps 500" ;;
+    ntc)             echo "python3 bench/ntc.py --device vulkan --big 2048 --big-steps 2000 --check 500" ;;
+    neural_material) echo "python3 bench/neural_material.py --device vulkan" ;;
+    runners)         echo "python3 bench/runners.py --device vulkan --jobs 2" ;;
+    scale)           echo "python3 bench/scale.py --device vulkan --gpus 1" ;;
+    *)               return 1 ;;
+  esac
+}
+
+for item in "$@"; do
+  name=${item%%:*}
+  limit=${item#*:}; [ "$limit" = "$item" ] && limit=300
+  cmd=$(command_of "$name") || { echo "unknown benchmark $name" >&2; continue; }
+  echo "=== $name ($cmd, at most ${limit} s) $(date +%T)"
+  start=$(date +%s)
+  timeout -k 5 "$limit" bash -c "$cmd" > "$dest/logs/$name.log" 2>&1
+  rc=$?
+  echo "=== $name: exit $rc in $(( $(date +%s) - start )) s"
+  tail -n 40 "$dest/logs/$name.log"
+done
+cp bench/out/*.json "$dest/logs/" 2>/dev/null
+tar -czf "$dest/results.tar.gz" -C "$dest" logs && rm -rf "$dest/logs"

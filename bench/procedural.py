@@ -1,0 +1,176 @@
+"""Benchmark: stage `procedural` over a suite of targets.
+
+Targets: images drawn by known small programs (their complexity is the reference) and the
+stochastic sample textures in assets/textures. Per target: PSNR, texture loss (Gram
+statistics, bakery/stages/procedural/texture_stats.py), complexity (nodes), instruction
+estimate, program bytes against PNG and BC7 bytes, wall time. For the stochastic ones the
+baseline in the same run: a `neural_texture` whose fp16 weights take at most as many
+bytes as the program's compact JSON, scored with the same texture loss.
+
+    python3 bench/procedural.py [--device vulkan] [--size 256]           # the lead's GPU run
+    python3 bench/procedural.py --device software --small                # CPU smoke run
+Prints a table and writes JSON (bench/out/procedural.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bakery.baselines.resample import downsample_area  # noqa: E402
+from bakery.cli import main as cli_main  # noqa: E402
+from bakery.device import open_device  # noqa: E402
+from bakery.formats.images import encode_png, load_image, psnr  # noqa: E402
+from bakery.stages.procedural import dsl, texture_stats  # noqa: E402
+from bakery.stages.procedural.render import render_shader  # noqa: E402
+
+
+def _ramp(child, colours, positions=(0.0, 1.0)):
+    return {"op": "ramp", "attrs": {"stops": len(positions)},
+            "params": {"positions": list(positions), "colours": list(colours)}, "inputs": [child]}
+
+
+GENERATED = {
+    "striped_gradient": _ramp({"op": "add", "inputs": [
+        {"op": "stripes_sine", "params": {"k": [6, 2], "phase": [0.3]}},
+        {"op": "linear_gradient", "params": {"k": [0.5, 0], "offset": [0]}}]}, [0.1, 0.1, 0.4, 1.0, 0.9, 0.3], (0, 1.5)),
+    "checker_ramp": _ramp({"op": "checker", "params": {"frequency": [8], "offset": [0.1, 0.2], "sharpness": [30]}},
+                          [0.1, 0.2, 0.3, 0.9, 0.8, 0.6]),
+    "bricks": _ramp({"op": "bricks", "params": {"count": [4, 8], "offset": [0, 0], "mortar": [0.012],
+                                                "sharpness": [400]}}, [0.8, 0.8, 0.75, 0.6, 0.2, 0.1]),
+    "saw_bands": _ramp({"op": "stripes_saw", "params": {"k": [0, 5], "phase": [0.1]}},
+                       [0.2, 0.3, 0.1, 0.9, 0.9, 0.5, 0.3, 0.1, 0.1], (0.0, 0.6, 1.0)),
+    "rings": _ramp({"op": "polar", "params": {"center": [0.5, 0.5], "scale": [1]}, "inputs": [
+        {"op": "stripes_sine", "params": {"k": [0, 8], "phase": [0]}}]}, [0.9, 0.85, 0.7, 0.3, 0.15, 0.05]),
+    "spotlight": _ramp({"op": "radial_gradient", "params": {"center": [0.4, 0.55], "scale": [1.6], "offset": [0]}},
+                       [1.0, 0.95, 0.7, 0.1, 0.1, 0.2]),
+    "cells": _ramp({"op": "worley", "params": {"frequency": [6], "jitter": [0.9], "offset": [0.3, 0.7]}},
+                   [0.05, 0.1, 0.2, 0.6, 0.8, 0.9]),
+    "clouds": _ramp({"op": "fbm", "attrs": {"octaves": 4, "basis": "gradient"},
+                     "params": {"frequency": [4], "gain": [0.5], "offset": [1, 2]}},
+                    [0.2, 0.4, 0.8, 0.8, 0.85, 0.9, 1, 1, 1], (0.2, 0.55, 0.8)),
+    "marble": _ramp({"op": "warp", "params": {"frequency": [3], "amplitude": [0.15], "offset": [2, 5]}, "inputs": [
+        {"op": "stripes_sine", "params": {"k": [5, 3], "phase": [0]}}]}, [0.95, 0.93, 0.9, 0.35, 0.3, 0.3]),
+    "spots": _ramp({"op": "threshold", "params": {"level": [0.6], "sharpness": [25]}, "inputs": [
+        {"op": "value_noise", "params": {"frequency": [10], "offset": [3, 4]}}]}, [0.8, 0.6, 0.3, 0.3, 0.15, 0.05]),
+}
+
+
+def network_for_bytes(budget: int) -> tuple[int, int, int]:
+    """(octaves, width, layers) of the largest UV -> RGB MLP whose fp16 weights fit ``budget`` bytes."""
+    best = (0, 1, 1, 1)
+    for octaves in range(1, 9):
+        for layers in (1, 2):
+            for width in range(2, 65):
+                n_in = 4 * octaves
+                params = n_in * width + width + (layers - 1) * (width * width + width) + 3 * width + 3
+                if 2 * params <= budget and params > best[0]:
+                    best = (params, octaves, width, layers)
+    return best[1:]
+
+
+def run_cli(args: list[str]) -> dict:
+    cli_main([str(a) for a in args], standalone_mode=False)
+    return json.loads((Path(args[args.index("-o") + 1]) / "manifest.json").read_text())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="vulkan", choices=("auto", "vulkan", "cuda", "software"))
+    ap.add_argument("--small", action="store_true", help="CPU smoke run: 64^2 targets, a short search")
+    ap.add_argument("--size", type=int, default=256, help="target size (generated and resampled assets)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--nt-steps", type=int, default=3000, help="neural_texture baseline steps")
+    ap.add_argument("--only", default="", help="comma-separated target names")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "procedural.json")
+    a = ap.parse_args()
+    size = 64 if a.small else a.size
+    params = (["generations=1", "population=6", "restarts=2", "steps=80", "refine_steps=100"] if a.small else [])
+    nt_steps = 300 if a.small else a.nt_steps
+    dev = open_device(a.device)
+    print(f"device: {dev.info.adapter} ({dev.info.backend}, coopvec={dev.info.cooperative_vector}); "
+          f"size {size}; stage params {params or 'device defaults'}; neural_texture steps {nt_steps}")
+
+    targets = {}
+    for name, obj in GENERATED.items():
+        node = dsl.from_json(obj, require_params=True)
+        targets[name] = ("generated", render_shader(dev, node, size, size), dsl.complexity(node))
+    for path in sorted((ROOT / "assets" / "textures").glob("*.png")):
+        img = load_image(path)[:, :, :3]
+        if img.shape[0] != size or img.shape[1] != size:
+            img = downsample_area(img, size, size)
+        targets[path.stem] = ("stochastic", img, None)
+    if a.only:
+        targets = {k: v for k, v in targets.items() if k in a.only.split(",")}
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for name, (kind, image, reference_nodes) in targets.items():
+            src = tmp / f"{name}.png"
+            src.write_bytes(encode_png(image))
+            t0 = time.perf_counter()
+            m = run_cli(["run", "procedural", src, "-o", tmp / f"{name}_proc", "--seed", a.seed, "--device", a.device,
+                         *sum((["--param", p] for p in params), [])])
+            wall = time.perf_counter() - t0
+            met = dict(m["metrics"], psnr_db=float(m["metrics"]["psnr_db"]))  # "inf" when exact
+            row = {"target": name, "kind": kind, "psnr_db": met["psnr_db"], "texture_loss": met["texture_loss"],
+                   "complexity": met["complexity"], "reference_complexity": reference_nodes,
+                   "instructions": met["instructions"], "program_bytes": met["program_bytes"],
+                   "png_bytes": met["png_bytes"], "bc7_bytes": met["bc7_bytes"], "wall_s": round(wall, 2),
+                   "program": json.loads((tmp / f"{name}_proc" / "program.json").read_text())["root"]}
+            if kind == "stochastic":
+                octaves, width, layers = network_for_bytes(met["program_bytes"])
+                t1 = time.perf_counter()
+                nt = run_cli(["run", "neural_texture", src, "-o", tmp / f"{name}_nt", "--seed", a.seed,
+                              "--device", a.device, "--param", f"octaves={octaves}", "--param", f"width={width}",
+                              "--param", f"layers={layers}", "--param", f"steps={nt_steps}",
+                              "--param", f"batch={min(1 << 16, size * size)}"])
+                decoded = load_image(tmp / f"{name}_nt" / "preview.png")[:, :, :3]
+                weights = next(f["bytes"] for f in nt["files"] if f["name"] == "weights.bin")
+                row["neural_texture"] = {"octaves": octaves, "width": width, "layers": layers,
+                                         "weights_bytes": weights, "psnr_db": round(psnr(decoded, image), 4),
+                                         "texture_loss": round(texture_stats.texture_loss(
+                                             decoded, texture_stats.statistics(image)), 8),
+                                         "wall_s": round(time.perf_counter() - t1, 2)}
+            rows.append(row)
+            nt = row.get("neural_texture")
+            print(f"{name:18s} {kind:10s} psnr {met['psnr_db']:6.2f} dB  tex {met['texture_loss']:.2e}  "
+                  f"nodes {met['complexity']:2d} (ref {reference_nodes if reference_nodes else '-'})  "
+                  f"~{met['instructions']:4d} instr  {met['program_bytes']:5d} B vs png {met['png_bytes']} / "
+                  f"bc7 {met['bc7_bytes']}  {wall:6.1f} s"
+                  + (f"  | NT {nt['weights_bytes']} B: psnr {nt['psnr_db']:.2f} tex {nt['texture_loss']:.2e}" if nt else ""))
+
+    gen = [r for r in rows if r["kind"] == "generated"]
+    summary = {}
+    if gen:
+        mse = np.mean([10 ** (-r["psnr_db"] / 10) for r in gen])  # 8-bit MSE back from each PSNR
+        summary["generated_psnr_db_from_mean_mse"] = round(float(-10 * np.log10(mse)), 3)
+        summary["generated_recovered_30db_within_2_nodes"] = sum(
+            r["psnr_db"] >= 30 and r["complexity"] <= r["reference_complexity"] + 2 for r in gen)
+        summary["generated_count"] = len(gen)
+    sto = [r for r in rows if "neural_texture" in r]
+    if sto:
+        summary["stochastic_texture_loss_beats_neural_texture"] = sum(
+            r["texture_loss"] < r["neural_texture"]["texture_loss"] for r in sto)
+        summary["stochastic_count"] = len(sto)
+    summary["total_wall_s"] = round(sum(r["wall_s"] for r in rows), 1)
+    print(json.dumps(summary))
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps({"device": dev.info.to_dict(), "size": size, "stage_params": params,
+                                 "neural_texture_steps": nt_steps, "seed": a.seed, "summary": summary,
+                                 "targets": rows}, indent=2))
+    print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
