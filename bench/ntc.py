@@ -202,7 +202,7 @@ def main() -> int:
     p.add_argument("--check", type=int, default=1000)
     p.add_argument("--reduction", help="CoopVec gradient reduction: JSON, or bench/grad_reduction.py's output file")
     p.add_argument("--out", default=str(ROOT / "bench" / "out" / "ntc.json"))
-    p.add_argument("--extra-seeds", type=int, nargs="*", default=[1, 2],
+    p.add_argument("--extra-seeds", type=int, nargs="*", default=[1],
                    help="also materials from scripts/make_assets.py --seed S (3 per seed)")
     p.add_argument("--size", type=int, default=0, help="crop/make materials at this size (0: as stored, 256)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="extra ntc stage param")
