@@ -164,8 +164,9 @@ def run(stage, inputs, out_dir, param_items, seed, device_kind):
 def _register_subsystem_commands() -> None:
     from bakery.formats.cli import inspect_cmd, verify_cmd
     from bakery.pipeline.cli import bake_cmd, clean_cmd
+    from bakery.stages.ntc.cli import decompress_cmd
 
-    for cmd in (bake_cmd, clean_cmd, inspect_cmd, verify_cmd):
+    for cmd in (bake_cmd, clean_cmd, inspect_cmd, verify_cmd, decompress_cmd):
         main.add_command(cmd)
 
 

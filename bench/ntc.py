@@ -1,9 +1,12 @@
 """Benchmark: neural texture compression against BCn, and its training speed.
 
-Quality: each sample material (6 textures) at 2, 4, 8 and 16 bpp through the real
-``ntc`` stage; per texture the neural PSNR next to BCn at equal bytes (BC7/BC5/BC4 at
-the resolution whose bytes equal the neural set's, upsampled bilinearly) and the set
-mean next to full-resolution BCn (32 bpp).
+Quality: each sample material (6 textures), plus --extra-seeds materials made the same
+way (scripts/make_assets.py --seed), at 2, 4, 8 and 16 GPU-resident bpp (latents with
+their mips + decoder, the bytes an engine keeps in GPU memory) through the real ``ntc``
+stage; per texture the neural PSNR next to BCn at equal bytes (BC7/BC5/BC4 at the
+resolution whose blocks equal the neural set's bytes, upsampled bilinearly) and the set
+PSNR next to full-resolution BCn (32 bpp) with the gap. Prints a markdown table (also
+bench/out/ntc.md).
 Speed (--big N): an N^2 6-texture set made by scripts/make_assets.py; ms/step, and the
 best and the final set PSNR with the training time to each, and to a preview within
 1.5 dB of the final (PSNR checked every --check steps; the first 20 steps, which compile
@@ -14,7 +17,8 @@ swing a dB mean by 10+ dB. (The stage's own manifest still reports ``mean_psnr_d
 mean of the finite dB values; this benchmark recomputes the set figure from MSE.)
 Prints the device, the settings, tables, and writes bench/out/ntc.json.
 
-    python3 bench/ntc.py [--device auto] [--steps 3000] [--big 2048]
+    python3 bench/ntc.py --device vulkan --big 2048 --big-steps 6000   # the H200 run
+    python3 bench/ntc.py --device software --small                    # a minutes-scale CPU check
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from bakery.stages.ntc.objective import LatentTextureFit  # noqa: E402
 from bakery.nn.optimizers import Adam  # noqa: E402
 from bakery.nn.trainer import TrainConfig, Trainer  # noqa: E402
 from bakery.materials import load_material, renormalize_normals  # noqa: E402
-from bakery.stages.ntc.rate import candidates, choose  # noqa: E402
+from bakery.stages.ntc.rate import choose  # noqa: E402
 from bakery.pipeline.task import run_task  # noqa: E402
 from bakery.stages import StageInput, get_stage  # noqa: E402
 
@@ -52,33 +56,74 @@ def _db(v) -> str:
     return f"{float(v):7.2f}" if v is not None else "     --"
 
 
+def material_folders(a, tmp: Path) -> list[Path]:
+    """The sample materials (cropped to --size if given) and, per extra seed, the three
+    generator materials made the same way with that seed."""
+    folders = sorted(Path(a.materials).iterdir())
+    if a.size:
+        folders = [_crop(f, tmp / "crop" / f.name, a.size) for f in folders]
+    for seed in a.extra_seeds:
+        out = tmp / f"seed{seed}"
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "make_assets.py"), "--out", str(out), "--size",
+                        str(a.size or 256), "--seed", str(seed)], check=True, capture_output=True)
+        for f in sorted((out / "materials").iterdir()):
+            named = out / f"{f.name}_s{seed}"
+            f.rename(named)
+            folders.append(named)
+    return folders
+
+
+def _crop(src: Path, dst: Path, size: int) -> Path:
+    from bakery.formats.images import encode_png, load_image
+
+    dst.mkdir(parents=True, exist_ok=True)
+    for p in sorted(src.glob("*.png")):
+        (dst / p.name).write_bytes(encode_png(load_image(p)[:size, :size]))
+    return dst
+
+
 def quality(a, dev) -> list[dict]:
     stage = get_stage("ntc")
     rows = []
     log = logging.getLogger("bench")
-    for folder in sorted(Path(a.materials).iterdir()):
-        for bpp in a.bpp:
-            with tempfile.TemporaryDirectory() as tmp:
-                t0 = time.perf_counter()
-                m = run_task(stage, [StageInput(folder.name, material_files(folder))],
-                             {"bpp": bpp, "steps": a.steps, "batch": a.batch}, seed=0,
-                             device_provider=lambda: dev, out_dir=Path(tmp) / "b", log=log)
-                wall = time.perf_counter() - t0
-            base = m["ntc"]["baseline"]
-            same = {r: t.get("same_bytes_psnr") for r, t in base["textures"].items()}
-            full = {r: t["psnr"] for r, t in base["textures"].items()}
-            row = {"material": folder.name, "bpp_requested": bpp, "bpp": m["metrics"]["bpp"],
-                   "psnr": m["metrics"]["psnr_db"], "mean_psnr": set_psnr(m["metrics"]["psnr_db"].values()),
-                   "bcn_same_bytes": same,
-                   "bcn_same_bytes_mean": set_psnr(same.values()) if all(v is not None for v in same.values()) else None,
-                   "bcn_full": full, "bcn_full_mean": set_psnr(full.values()), "wall_s": round(wall, 2)}
-            rows.append(row)
-            print(f"{folder.name:13} {bpp:5.1f} bpp ({row['bpp']:.2f}): neural mean {row['mean_psnr']:.2f} dB | "
-                  f"BCn same bytes {_db(row['bcn_same_bytes_mean'])} | BCn 32 bpp {_db(row['bcn_full_mean'])} | "
-                  f"{wall:.1f} s", flush=True)
-            for r in row["psnr"]:
-                print(f"    {r:10} neural {_db(row['psnr'][r])}  bcn@same {_db(row['bcn_same_bytes'][r])}  "
-                      f"bcn@full {_db(row['bcn_full'][r])}", flush=True)
+    with tempfile.TemporaryDirectory() as mats:
+        folders = material_folders(a, Path(mats))
+        for folder in folders:
+            rows += _quality_rows(a, dev, stage, log, folder)
+    return rows
+
+
+def _quality_rows(a, dev, stage, log, folder) -> list[dict]:
+    rows = []
+    params = {"steps": a.steps, "batch": a.batch, **dict(kv.split("=", 1) for kv in a.param)}
+    for bpp in a.bpp:
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.perf_counter()
+            m = run_task(stage, [StageInput(folder.name, material_files(folder))],
+                         {**params, "bpp": bpp}, seed=0,
+                         device_provider=lambda: dev, out_dir=Path(tmp) / "b", log=log)
+            wall = time.perf_counter() - t0
+        base = m["ntc"]["baseline"]
+        same = {r: t["same_bytes_psnr"] for r, t in base["textures"].items()}
+        full = {r: t["psnr"] for r, t in base["textures"].items()}
+        row = {"material": folder.name, "bpp_requested": bpp, "bpp": m["metrics"]["bpp"],
+               "psnr": m["metrics"]["psnr_db"], "mean_psnr": set_psnr(m["metrics"]["psnr_db"].values()),
+               "bcn_same_bytes": same, "bcn_same_bytes_mean": set_psnr(same.values()),
+               "bcn_full": full, "bcn_full_mean": set_psnr(full.values()), "wall_s": round(wall, 2),
+               "rate": {k: m["ntc"]["rate"][k] for k in ("bpp", "requested_bpp", "gpu_resident_bytes")},
+               "mip_psnr": m["ntc"]["mip_psnr_db"], "training": m["ntc"]["training"],
+               "latents": {k: m["ntc"]["latents"][k] for k in ("grid_width", "grid_height", "features", "mode")}}
+        row["constant"] = [r for r, v in row["bcn_full"].items() if float(v) > 50.0]  # "inf" is a string in JSON
+        row["margin_db"] = {r: round(float(row["psnr"][r]) - float(row["bcn_same_bytes"][r]), 3)
+                            for r in row["psnr"] if r not in row["constant"]}
+        row["gap_to_full_bcn_db"] = round(row["bcn_full_mean"] - row["mean_psnr"], 3)
+        rows.append(row)
+        print(f"{folder.name:13} {bpp:5.1f} bpp ({row['bpp']:.2f}): neural set {row['mean_psnr']:.2f} dB | "
+              f"BCn same bytes {_db(row['bcn_same_bytes_mean'])} | BCn 32 bpp {_db(row['bcn_full_mean'])} | "
+              f"{wall:.1f} s", flush=True)
+        for r in row["psnr"]:
+            print(f"    {r:10} neural {_db(row['psnr'][r])}  bcn@same {_db(row['bcn_same_bytes'][r])}  "
+                  f"bcn@full {_db(row['bcn_full'][r])}", flush=True)
     return rows
 
 
@@ -89,7 +134,7 @@ def speed(a, dev) -> dict:
         folder = sorted((Path(tmp) / "materials").iterdir())[0]
         mat = load_material(material_files(folder))
     h, w, c = mat.image.shape
-    point = choose(candidates(w, h, c, hidden=64, layers=2, bits=4, pe_octaves=3), a.big_bpp)
+    point = choose(w, h, c, a.big_bpp, hidden=64, layers=2, bits=4, pe_octaves=3)
     t0 = time.perf_counter()
     obj = LatentTextureFit(dev, mat.image, point.grid, normal_channel=mat.normal_channel)
     tr = Trainer(dev, point.network, obj, TrainConfig(steps=a.big_steps, batch=a.big_batch, optimizer=Adam(lr=5e-3),
@@ -118,13 +163,38 @@ def speed(a, dev) -> dict:
             "loss_scale_end": tr.store.loss_scale(), "wall_s": round(time.perf_counter() - t0, 2)}
 
 
+def markdown(rows: list[dict]) -> str:
+    """Per material and rate: set PSNR (from MSE) against BCn at equal bytes and at 32 bpp,
+    the gap to full-rate BCn, and each non-constant texture's margin over BCn at equal bytes."""
+    lines = ["| material | bpp asked | bpp (GPU) | neural set dB | BCn same bytes set dB | BCn 32 bpp set dB | gap to 32 bpp | "
+             "worst texture margin vs BCn same bytes | margins (dB) |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        margins = r["margin_db"]
+        worst = min(margins.items(), key=lambda kv: kv[1]) if margins else ("-", float("nan"))
+        lines.append(f"| {r['material']} | {r['bpp_requested']:g} | {r['bpp']:.3f} | {r['mean_psnr']:.2f} | "
+                     f"{r['bcn_same_bytes_mean']:.2f} | {r['bcn_full_mean']:.2f} | {r['gap_to_full_bcn_db']:.2f} | "
+                     f"{worst[0]} {worst[1]:+.2f} | " + ", ".join(f"{k} {v:+.2f}" for k, v in sorted(margins.items())) + " |")
+    by_rate = {}
+    for r in rows:
+        by_rate.setdefault(r["bpp_requested"], []).append(r)
+    lines += ["", "| bpp asked | materials | set dB (mean MSE over materials) | BCn same bytes | BCn 32 bpp | "
+              "textures >= 2 dB over BCn same bytes |", "|---|---|---|---|---|---|"]
+    for bpp, rs in sorted(by_rate.items()):
+        n_ok = sum(v >= 2.0 for r in rs for v in r["margin_db"].values())
+        n_all = sum(len(r["margin_db"]) for r in rs)
+        lines.append(f"| {bpp:g} | {len(rs)} | {set_psnr(r['mean_psnr'] for r in rs):.2f} | "
+                     f"{set_psnr(r['bcn_same_bytes_mean'] for r in rs):.2f} | {set_psnr(r['bcn_full_mean'] for r in rs):.2f} | "
+                     f"{n_ok}/{n_all} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="auto")
     p.add_argument("--materials", default=str(ROOT / "assets" / "materials"))
     p.add_argument("--bpp", type=float, nargs="*", default=[2, 4, 8, 16])
-    p.add_argument("--steps", type=int, default=3000)
-    p.add_argument("--batch", type=int, default=1 << 16)
+    p.add_argument("--steps", type=int, default=0, help="ntc steps (0: the device preset)")
+    p.add_argument("--batch", type=int, default=0, help="ntc batch (0: the device preset)")
     p.add_argument("--big", type=int, default=0, help="also time an N^2 set (0: skip)")
     p.add_argument("--big-bpp", type=float, default=8.0)
     p.add_argument("--big-steps", type=int, default=20000)
@@ -132,7 +202,18 @@ def main() -> int:
     p.add_argument("--check", type=int, default=1000)
     p.add_argument("--reduction", help="CoopVec gradient reduction: JSON, or bench/grad_reduction.py's output file")
     p.add_argument("--out", default=str(ROOT / "bench" / "out" / "ntc.json"))
+    p.add_argument("--extra-seeds", type=int, nargs="*", default=[1],
+                   help="also materials from scripts/make_assets.py --seed S (3 per seed)")
+    p.add_argument("--size", type=int, default=0, help="crop/make materials at this size (0: as stored, 256)")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="extra ntc stage param")
+    p.add_argument("--small", action="store_true",
+                   help="CPU check: 64^2 crops, one extra seed, 4 and 16 bpp, 100 steps, tiny decoder, --big 128")
     a = p.parse_args()
+    if a.small:
+        a.size, a.extra_seeds, a.steps, a.batch = 64, a.extra_seeds[:1], 100, 4096
+        a.bpp = [4, 16] if a.bpp else []
+        a.param += ["hidden=16", "layers=1"]
+        a.big, a.big_steps, a.check, a.big_bpp, a.big_batch = 128, 100, 40, 16.0, 4096
     if a.reduction:
         print(f"gradient reduction: {parameters.use_reduction(a.reduction)}")
     dev = open_device(a.device)
@@ -142,8 +223,16 @@ def main() -> int:
              f"{a.check} steps" if a.big else ""), flush=True)
     result = {"benchmark": "ntc", "device": dev.info.to_dict(), "steps": a.steps, "batch": a.batch,
               "reduction": parameters.COOPVEC_REDUCTION.__dict__ if dev.coopvec else None}
+    print(f"materials: {a.materials} cropped to {a.size or 'stored size'}, extra seeds {a.extra_seeds}; "
+          f"stage params {a.param}", flush=True)
+    result["settings"] = {"bpp": a.bpp, "extra_seeds": a.extra_seeds, "size": a.size, "params": a.param}
     if a.bpp:
         result["quality"] = quality(a, dev)
+        table = markdown(result["quality"])
+        print(table, flush=True)
+        md = Path(a.out).with_suffix(".md")
+        md.parent.mkdir(parents=True, exist_ok=True)
+        md.write_text(table)
     if a.big:
         result["speed"] = speed(a, dev)
         s = result["speed"]

@@ -213,14 +213,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "assets")
     ap.add_argument("--size", type=int, default=256)
+    ap.add_argument("--seed", type=int, default=SEED, help="other seeds make other materials the same way")
     args = ap.parse_args()
     n = args.size
     for i, (name, make) in enumerate((("bricks", bricks), ("tiles", tiles), ("cobblestones", cobblestones))):
-        write_material(args.out / "materials" / name, *make(np.random.default_rng(SEED + i), n))
+        write_material(args.out / "materials" / name, *make(np.random.default_rng(args.seed + i), n))
     tex = args.out / "textures"
     tex.mkdir(parents=True, exist_ok=True)
-    (tex / "rust.png").write_bytes(_png(rust(np.random.default_rng(SEED + 10), n)))
-    (tex / "wood.png").write_bytes(_png(wood(np.random.default_rng(SEED + 11), n)))
+    (tex / "rust.png").write_bytes(_png(rust(np.random.default_rng(args.seed + 10), n)))
+    (tex / "wood.png").write_bytes(_png(wood(np.random.default_rng(args.seed + 11), n)))
     from make_fit_assets import make as make_fit_examples  # scripts/ is this script's folder
 
     make_fit_examples(args.out / "fit", 128)

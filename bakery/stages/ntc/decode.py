@@ -1,19 +1,21 @@
 """CPU reference decoder of an NTC bundle (numpy only): the same arithmetic as
-bakery/stages/ntc/ntc_fit.slang and the generated per-texel shader, used to check both
-and by import tools that want pixels without a GPU."""
+bakery/stages/ntc/ntc_fit.slang and the generated per-texel shaders, used to check both,
+by ``bakery decompress`` and by import tools that want pixels without a GPU."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
-from bakery.stages.ntc.objective import LatentGridSpec, texel_position_encoding
 from bakery.nn.network import NetworkSpec
+from bakery.stages.ntc.objective import LOD_INPUT_SCALE, LatentGridSpec, texel_position_encoding
 
 
-def sample_level(codes: np.ndarray, bits: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Bilinear (clamp to edge) samples of one latent level [gh, gw, F] of integer codes."""
-    gh, gw, _ = codes.shape
-    vals = codes.astype(np.float32) / np.float32((1 << bits) - 1)
+def sample_level(values: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Bilinear (clamp to edge) samples of one latent level [gh, gw, F] of values in [0, 1]."""
+    gh, gw, _ = values.shape
+    vals = values.astype(np.float32)
     gx, gy = u * gw - 0.5, v * gh - 0.5
     fx, fy = np.floor(gx), np.floor(gy)
     tx, ty = (gx - fx)[:, None], (gy - fy)[:, None]
@@ -23,20 +25,46 @@ def sample_level(codes: np.ndarray, bits: int, u: np.ndarray, v: np.ndarray) -> 
             + (1 - tx) * ty * vals[y1, x0] + tx * ty * vals[y1, x1])
 
 
-def network_inputs(grid: LatentGridSpec, levels: list[np.ndarray], px: np.ndarray, py: np.ndarray) -> np.ndarray:
-    u = ((px + 0.5) / grid.width).astype(np.float32)
-    v = ((py + 0.5) / grid.height).astype(np.float32)
-    feats = [sample_level(c, grid.bits, u, v) for c in levels]
-    return np.concatenate(feats + [texel_position_encoding(px, py, grid.pe_octaves)], -1)
+def network_inputs(grid: LatentGridSpec, levels: list[np.ndarray], px, py, mip: int = 0) -> np.ndarray:
+    """The decoder's input rows (layout in docs/FORMAT.md) for texels (px, py) of colour mip ``mip``."""
+    w, h = grid.color_mips[mip]
+    a = grid.latent_pair(mip)
+    u = ((px + 0.5) / w).astype(np.float32)
+    v = ((py + 0.5) / h).astype(np.float32)
+    lod = np.full((len(px), 1), mip * LOD_INPUT_SCALE, np.float32)
+    return np.concatenate([sample_level(levels[a], u, v), sample_level(levels[a + 1], u, v),
+                           texel_position_encoding(px, py, grid.pe_octaves), lod], -1)
 
 
-def decode_texels(grid: LatentGridSpec, levels: list[np.ndarray], spec: NetworkSpec, params: np.ndarray,
-                  px: np.ndarray, py: np.ndarray) -> np.ndarray:
-    """Raw decoder outputs [N, C] for texels (px, py)."""
-    return spec.forward(params, network_inputs(grid, levels, np.asarray(px), np.asarray(py)))
+def decode_texels(grid, levels, spec: NetworkSpec, params, px, py, mip: int = 0) -> np.ndarray:
+    """Raw decoder outputs [N, C] for texels (px, py) of colour mip ``mip``."""
+    return spec.forward(params, network_inputs(grid, levels, np.asarray(px), np.asarray(py), mip))
 
 
-def decode_image(grid: LatentGridSpec, levels: list[np.ndarray], spec: NetworkSpec, params: np.ndarray) -> np.ndarray:
-    py, px = np.mgrid[0:grid.height, 0:grid.width]
-    out = decode_texels(grid, levels, spec, params, px.reshape(-1), py.reshape(-1))
-    return out.reshape(grid.height, grid.width, -1).astype(np.float32)
+def decode_image(grid: LatentGridSpec, levels: list[np.ndarray], spec: NetworkSpec, params, mip: int = 0) -> np.ndarray:
+    w, h = grid.color_mips[mip]
+    py, px = np.mgrid[0:h, 0:w]
+    out = decode_texels(grid, levels, spec, params, px.reshape(-1), py.reshape(-1), mip)
+    return out.reshape(h, w, -1).astype(np.float32)
+
+
+def latent_values(bundle_dir: Path, manifest: dict) -> tuple[LatentGridSpec, list[np.ndarray]]:
+    """The latent levels as the GPU sees them (values in [0, 1]), read from the bundle's
+    GPU-resident latent file (packed ``latents.bin`` or BC4 ``latents.dds``)."""
+    from bakery.stages.ntc.packing import unpack
+
+    ntc = manifest["ntc"]
+    grid = LatentGridSpec.from_dict(ntc["latents"])
+    path = Path(bundle_dir) / ntc["files"]["latents"]
+    if grid.mode == "packed":
+        top = float((1 << grid.bits) - 1)
+        return grid, [c.astype(np.float32) / top for c in unpack(grid, path.read_bytes())]
+    from bakery.formats.dds import read_dds
+    from bakery.stages.ntc.bc4 import decode_plane
+
+    tex = read_dds(path.read_bytes())
+    levels = []
+    for k, (w, h, f) in enumerate(grid.levels):
+        planes = [decode_plane(tex.levels[k][i], w, h) for i in range(f)]
+        levels.append(np.stack(planes, -1).astype(np.float32))
+    return grid, levels

@@ -1,6 +1,13 @@
-"""Objective: neural texture compression. Quantised latent grids (trained as a plain
-parameter group) plus a texel position encoding feed a decoder MLP that outputs every
-channel of a material's texture set; see bakery/stages/ntc/ntc_fit.slang."""
+"""Objective: neural texture compression. A pyramid of quantised latent grids (trained as
+one plain parameter group) plus a texel position encoding and the LOD feed a decoder MLP
+that outputs every channel of a material's texture set, at every mip level; see
+bakery/stages/ntc/ntc_fit.slang.
+
+Latent level k is ``max(1, gw >> k) x max(1, gh >> k)`` texels of ``features`` values (the
+mip chain of one texture, so BC-stored latents are one DDS with mips). Colour mip L reads
+the latent pair (a, a + 1), a = clamp(L - shift, 0, levels - 2) with shift =
+floor(log2(scale)): the finest colour mips share latent levels 0 and 1, as RTXNTC does.
+"""
 
 from __future__ import annotations
 
@@ -9,50 +16,98 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from bakery.nn.parameters import PlainParameters
+from bakery.materials import renormalize_normals
+from bakery.nn.parameters import PlainParameters, make_buffer
 from bakery.nn.texel_objective import TexelObjective
 
-LATENT_BITS = (1, 2, 4, 8)  # bit depths whose UNORM steps are exact in 8-bit textures
+LATENT_BITS = (1, 2, 4, 8)   # code widths that tile a 32-bit word exactly
+LATENT_MODES = ("packed", "bc")
+LOD_INPUT_SCALE = 0.25       # the decoder's last input is LOD * this
+
+
+def mip_size(size: int, level: int) -> int:
+    return max(1, size >> level)
+
+
+def mip_count(width: int, height: int) -> int:
+    return max(width, height).bit_length()
 
 
 @dataclass(frozen=True)
 class LatentGridSpec:
-    """Two latent levels: grid 0 at ceil(W/scale) x ceil(H/scale), grid 1 at half that."""
+    """Size of the colour set, of latent level 0, feature count, code bits, mips."""
 
     width: int
     height: int
-    scale: int
-    features0: int
-    features1: int
+    grid_width: int
+    grid_height: int
+    features: int
     bits: int = 4
     pe_octaves: int = 3
+    mips: bool = True
+    mode: str = "packed"
 
     def __post_init__(self):
         if self.bits not in LATENT_BITS:
             raise ValueError(f"latent bits must be one of {LATENT_BITS}, got {self.bits}")
+        if self.mode not in LATENT_MODES:
+            raise ValueError(f"latent mode must be one of {LATENT_MODES}, got {self.mode!r}")
+        if self.mode == "bc" and self.bits != 4:
+            raise ValueError("BC4 latents hold 4 bits per feature texel: use bits=4")
+
+    # -- colour mips and latent levels -----------------------------------------------------
+    @property
+    def color_mips(self) -> list[tuple[int, int]]:
+        n = mip_count(self.width, self.height) if self.mips else 1
+        return [(mip_size(self.width, m), mip_size(self.height, m)) for m in range(n)]
+
+    @property
+    def shift(self) -> int:
+        """floor(log2(scale)): colour mips up to this one read latent levels 0 and 1."""
+        scale = min(self.width / self.grid_width, self.height / self.grid_height)
+        return max(0, int(math.floor(math.log2(max(scale, 1.0)))))
 
     @property
     def levels(self) -> list[tuple[int, int, int]]:
-        """(grid width, grid height, features) per level."""
-        gw0, gh0 = math.ceil(self.width / self.scale), math.ceil(self.height / self.scale)
-        return [(gw0, gh0, self.features0), (max(1, math.ceil(gw0 / 2)), max(1, math.ceil(gh0 / 2)), self.features1)]
+        """(grid width, grid height, features) per latent level (at least two)."""
+        want = max(2, len(self.color_mips) - self.shift + 1)
+        have = max(2, mip_count(self.grid_width, self.grid_height))
+        return [(mip_size(self.grid_width, k), mip_size(self.grid_height, k), self.features)
+                for k in range(min(want, have))]
+
+    def latent_pair(self, mip: int) -> int:
+        """First latent level a colour mip reads (it also reads a + 1)."""
+        return int(np.clip(mip - self.shift, 0, len(self.levels) - 2))
+
+    @property
+    def level_offsets(self) -> list[int]:
+        """Element offset of each latent level in the flat latent array."""
+        out, o = [], 0
+        for w, h, f in self.levels:
+            out.append(o)
+            o += w * h * f
+        return out
 
     @property
     def n_inputs(self) -> int:
-        return self.features0 + self.features1 + 4 * self.pe_octaves
+        return 2 * self.features + 4 * self.pe_octaves + 1
 
     @property
     def latent_count(self) -> int:
         return sum(w * h * f for w, h, f in self.levels)
 
-    @property
-    def latent_bits(self) -> int:
-        return self.latent_count * self.bits
-
     def to_dict(self) -> dict:
         d = asdict(self)
         d["levels"] = [{"width": w, "height": h, "features": f} for w, h, f in self.levels]
+        d["color_mips"] = [{"width": w, "height": h, "latent_level": self.latent_pair(m)}
+                           for m, (w, h) in enumerate(self.color_mips)]
+        d["n_inputs"] = self.n_inputs
         return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "LatentGridSpec":
+        return cls(**{k: d[k] for k in ("width", "height", "grid_width", "grid_height", "features", "bits",
+                                         "pe_octaves", "mips", "mode")})
 
 
 def texel_position_encoding(px: np.ndarray, py: np.ndarray, octaves: int) -> np.ndarray:
@@ -63,43 +118,86 @@ def texel_position_encoding(px: np.ndarray, py: np.ndarray, octaves: int) -> np.
         period = float(2 << k)
         ax, ay = (px + 0.5) / period, (py + 0.5) / period
         cols += [tri(ax), tri(ax + 0.25), tri(ay), tri(ay + 0.25)]
-    return np.stack(cols, -1)
+    return np.stack(cols, -1) if cols else np.zeros((len(px), 0))
+
+
+def downsample_box(image: np.ndarray) -> np.ndarray:
+    """Next mip level: 2x2 box filter (an odd edge texel is averaged with itself)."""
+    h, w = image.shape[:2]
+    nh, nw = max(1, h // 2), max(1, w // 2)
+    ys = [np.minimum(2 * np.arange(nh) + d, h - 1) for d in (0, 1)]
+    xs = [np.minimum(2 * np.arange(nw) + d, w - 1) for d in (0, 1)]
+    return sum(image[y][:, x] for y in ys for x in xs) * 0.25
+
+
+def color_pyramid(image: np.ndarray, count: int, normal_channel: int) -> list[np.ndarray]:
+    """Reference mip chain: box filter, normals renormalised on every level."""
+    levels = [image.astype(np.float32)]
+    for _ in range(count - 1):
+        levels.append(renormalize_normals(downsample_box(levels[-1]), normal_channel).astype(np.float32))
+    return levels
 
 
 class LatentTextureFit(TexelObjective):
+    """Trains latents + decoder on every colour mip at once (texels drawn uniformly over
+    the whole chain, so mip 0 gets 3/4 of the samples). Packed latents see uniform noise of
+    one code step for the first ``noise_steps`` steps, exact rounding after."""
+
     def __init__(self, device, image: np.ndarray, grid: LatentGridSpec, *, channel_weights=None,
-                 normal_channel: int = -1, latent_lr: float = 2e-2, seed: int = 0):
-        super().__init__(device, image, channel_weights)
-        if (self.width, self.height) != (grid.width, grid.height):
+                 normal_channel: int = -1, latent_lr: float = 2e-2, seed: int = 0, noise_steps: int = 0):
+        if image.shape[:2] != (grid.height, grid.width):
             raise ValueError("latent grid spec is for another texture size")
         self.grid, self.normal_channel = grid, normal_channel
+        self.noise_steps = noise_steps if grid.mode == "packed" else 0
+        self.pyramid = color_pyramid(image, len(grid.color_mips), normal_channel)
+        stacked = np.concatenate([p.reshape(-1, image.shape[2]) for p in self.pyramid])[:, None, :]
+        super().__init__(device, stacked, channel_weights)
+        self.width, self.height = grid.width, grid.height
+        offsets, o = [], 0
+        for (w, h), p in zip(grid.color_mips, self.pyramid):
+            offsets.append(o)
+            o += w * h
+        self.total_texels = o
+        mips = [[w, h, off, grid.latent_pair(m)] for m, ((w, h), off) in enumerate(zip(grid.color_mips, offsets))]
+        lv = [[w, h, off, 0] for (w, h, _), off in zip(grid.levels, grid.level_offsets)]
+        self._mips = make_buffer(device, np.asarray(mips, np.uint32).reshape(-1))
+        self._levels = make_buffer(device, np.asarray(lv, np.uint32).reshape(-1))
         rng = np.random.default_rng(seed ^ 0x5EED)
         self.latents = PlainParameters(device, rng.uniform(0.3, 0.7, grid.latent_count), lr=latent_lr, lo=0.0, hi=1.0)
+        # BC mode: decoded-minus-raw of the last block-compression pass (straight-through offset)
+        self._delta = make_buffer(device, np.zeros(max(1, grid.latent_count), np.float32))
 
     def slang_source(self) -> str:
         g = self.grid
-        return (f"#define BK_CHANNELS {self.channels}\n#define BK_F0 {g.features0}\n#define BK_F1 {g.features1}\n"
+        return (f"#define BK_CHANNELS {self.channels}\n#define BK_F {g.features}\n"
                 f"#define BK_PE {g.pe_octaves}\n#define BK_LATENT_BITS {g.bits}\n"
-                f"#define BK_NORMAL_CHANNEL {self.normal_channel}\n"
+                f"#define BK_LATENT_BC {int(g.mode == 'bc')}\n#define BK_MIPS {len(g.color_mips)}\n"
+                f"#define BK_LOD_SCALE {LOD_INPUT_SCALE}\n#define BK_NORMAL_CHANNEL {self.normal_channel}\n"
                 '#include "stages/ntc/ntc_fit.slang"\n')
 
     def vars(self) -> dict:
-        return dict(super().vars(), g_latents=self.latents.params, g_latent_grads=self.latents.grads)
+        return dict(super().vars(), g_latents=self.latents.params, g_latent_grads=self.latents.grads,
+                    g_latent_delta=self._delta, g_mips=self._mips, g_levels=self._levels)
 
     def param_groups(self) -> list:
         return [self.latents]
 
     def uniforms(self, step: int, batch: int, seed: int) -> dict:
-        (gw0, gh0, _), (gw1, gh1, _) = self.grid.levels
-        return dict(super().uniforms(step, batch, seed), gw0=gw0, gh0=gh0, gw1=gw1, gh1=gh1)
+        return dict(super().uniforms(step, batch, seed), total_texels=self.total_texels, lod=0,
+                    noise=int(step < self.noise_steps))
 
-    def quantized_latents(self) -> list[np.ndarray]:
-        """Per level [grid h, grid w, features] integer codes in 0 .. 2^bits - 1 (uint8)."""
-        values = self.latents.download()
-        levels, offset = [], 0
-        top = (1 << self.grid.bits) - 1
-        for w, h, f in self.grid.levels:
-            block = values[offset:offset + w * h * f].reshape(h, w, f)
-            levels.append(np.round(np.clip(block, 0.0, 1.0) * top).astype(np.uint8))
-            offset += w * h * f
-        return levels
+    def set_block_compression_delta(self, delta: np.ndarray) -> None:
+        self._delta.copy_from_numpy(np.ascontiguousarray(delta, np.float32))
+
+    def raw_latents(self) -> np.ndarray:
+        return self.latents.download()
+
+    def decode_mip(self, trainer, mip: int) -> np.ndarray:
+        """Every texel of colour mip ``mip`` as the decoder reproduces it (raw outputs)."""
+        w, h = self.grid.color_mips[mip]
+        trainer.run_kernel("decode", w * h, dict(self.uniforms(0, 1, 0), lod=mip))
+        out = self._output.to_numpy().view(np.float32)[: w * h * self.channels]
+        return out.reshape(h, w, self.channels).copy()
+
+    def decode(self, trainer) -> np.ndarray:
+        return self.decode_mip(trainer, 0)

@@ -1,22 +1,34 @@
-"""Rate control: pick latent grid resolution and feature count for a bit budget.
+"""Rate control: pick the latent grid for a budget of GPU-resident bits per texel.
 
-Bits counted are everything a runtime must store: latents at their quantised bit depth
-and the decoder's weights and biases at fp16. Features come in fours (one RGBA8
-texture-array layer each).
+Bits counted are the bytes an engine keeps in GPU memory, times 8: the latent file
+(``latents.bin``, packed codes in 32-bit words, or ``latents.dds``, BC4 blocks with the
+latent mip chain) plus the decoder's ``weights.bin`` (fp16, with its small header). The texel count is that of
+colour mip 0; every latent mip is paid for. The grid's resolution is free (latents are
+sampled by UV), so the rate lands within a grid row of the budget.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from bakery.errors import UsageError
+from bakery.formats import weights as weights_format
 from bakery.nn.encodings import IdentityEncoding
-from bakery.stages.ntc.objective import LatentGridSpec
 from bakery.nn.network import NetworkSpec
+from bakery.stages.ntc import bc4
+from bakery.stages.ntc.objective import LatentGridSpec
+from bakery.stages.ntc.packing import packed_bytes
 
-SCALES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)
-FEATURES = (4, 8, 12, 16)
-DECODER_BITS_PER_PARAM = 16
+FEATURES = (16, 12, 8, 4)
+MIN_SCALE = 2.0          # finer latent grids than this waste bits on what the MLP could add
+
+
+def latent_bytes(grid: LatentGridSpec) -> int:
+    """Bytes of the GPU-resident latent file's payload."""
+    if grid.mode == "bc":
+        return sum(bc4.bc4_bytes(w, h) * f for w, h, f in grid.levels)
+    return packed_bytes(grid)
 
 
 @dataclass(frozen=True)
@@ -25,32 +37,81 @@ class RatePoint:
     network: NetworkSpec
 
     @property
+    def latent_bits(self) -> int:
+        return latent_bytes(self.grid) * 8
+
+    @property
+    def decoder_bits(self) -> int:
+        return weights_format.layout(self.network, "float16")[1] * 8
+
+    @property
     def bits(self) -> int:
-        return self.grid.latent_bits + self.network.param_count * DECODER_BITS_PER_PARAM
+        return self.latent_bits + self.decoder_bits
 
     @property
     def bpp(self) -> float:
         return self.bits / (self.grid.width * self.grid.height)
 
 
-def candidates(width: int, height: int, channels: int, *, hidden: int, layers: int, bits: int,
-               pe_octaves: int, activation: str = "relu") -> list[RatePoint]:
-    """Every configuration, cheapest first."""
+def point(width, height, channels, grid_w, grid_h, features, *, hidden, layers, bits, pe_octaves, mips, mode,
+          activation="relu") -> RatePoint:
+    g = LatentGridSpec(width, height, grid_w, grid_h, features, bits, pe_octaves, mips, mode)
+    return RatePoint(g, NetworkSpec(IdentityEncoding(g.n_inputs), (hidden,) * layers, channels, activation))
+
+
+def _best_grid(width, height, budget_bits, make) -> RatePoint | None:
+    """Largest grid (aspect of the texture) within budget, searched around the estimate."""
+    probe = make(max(1, width // 8), max(1, height // 8))
+    per_cell = max(1e-9, probe.latent_bits / max(1, probe.grid.grid_width * probe.grid.grid_height))
+    cells = (budget_bits - probe.decoder_bits) / per_cell
+    if cells < 1:
+        return None
+    gw_est = math.sqrt(cells * width / height)
+    best = None
+    for gw in range(max(1, int(gw_est * 0.9)), min(width, int(gw_est * 1.1) + 2) + 1):
+        lo, hi = 1, height           # largest gh that fits, by bisection
+        if make(gw, 1).bits > budget_bits:
+            continue
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if make(gw, mid).bits <= budget_bits:
+                lo = mid
+            else:
+                hi = mid - 1
+        p = make(gw, lo)
+        if best is None or p.bits > best.bits:
+            best = p
+    return best
+
+
+def choose(width: int, height: int, channels: int, bpp: float, *, hidden: int, layers: int, bits: int,
+           pe_octaves: int, mips: bool = True, mode: str = "packed", features: int = 0) -> RatePoint:
+    """The configuration nearest ``bpp`` from below: the most features (from 16) whose grid
+    is no finer than MIN_SCALE, else the coarsest-scale one that fits."""
+    budget = bpp * width * height
+    options = []
+    for f in ((features,) if features else FEATURES):
+        p = _best_grid(width, height, budget, lambda gw, gh, f=f: point(
+            width, height, channels, gw, gh, f, hidden=hidden, layers=layers, bits=bits, pe_octaves=pe_octaves,
+            mips=mips, mode=mode))
+        if p is not None:
+            options.append(p)
+    if not options:
+        smallest = point(width, height, channels, 1, 1, features or FEATURES[-1], hidden=hidden, layers=layers,
+                         bits=bits, pe_octaves=pe_octaves, mips=mips, mode=mode)
+        raise UsageError(f"bpp {bpp:g} is too low for a {width}x{height} set: the smallest configuration costs "
+                         f"{smallest.bpp:.2f} bpp (decoder {smallest.network.param_count} fp16 parameters); "
+                         f"raise bpp or lower hidden/layers", key="params.bpp")
+    coarse = [p for p in options if width / p.grid.grid_width >= MIN_SCALE]
+    return coarse[0] if coarse else max(options, key=lambda p: width / p.grid.grid_width)
+
+
+def ladder(width, height, channels, **kw) -> list[RatePoint]:
+    """Rates for the target-PSNR search, cheapest first (those that fit)."""
     out = []
-    for s in SCALES:
-        for f in FEATURES:
-            g = LatentGridSpec(width, height, s, f, f, bits, pe_octaves)
-            net = NetworkSpec(IdentityEncoding(g.n_inputs), (hidden,) * layers, channels, activation)
-            out.append(RatePoint(g, net))
-    return sorted(out, key=lambda p: (p.bits, -p.grid.features0))
-
-
-def choose(points: list[RatePoint], bpp: float) -> RatePoint:
-    """The richest configuration within ``bpp``."""
-    fitting = [p for p in points if p.bpp <= bpp]
-    if not fitting:
-        low = points[0]
-        raise UsageError(f"bpp {bpp:g} is too low for a {low.grid.width}x{low.grid.height} set: the smallest "
-                         f"configuration costs {low.bpp:.2f} bpp (decoder {low.network.param_count} fp16 "
-                         f"parameters); raise bpp or lower hidden/layers", key="params.bpp")
-    return fitting[-1]
+    for bpp in (1, 1.5, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20):
+        try:
+            out.append(choose(width, height, channels, bpp, **kw))
+        except UsageError:
+            continue
+    return out

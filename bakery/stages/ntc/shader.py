@@ -1,39 +1,82 @@
-"""Generated per-texel NTC decoder (Slang, which is also valid HLSL): fetch two latent
-levels from the bundle's RGBA8 texture arrays, filter bilinearly by hand (the same
-arithmetic as training, so any texel decodes alone and exactly), add the texel position
-encoding and run the generated MLP over the bundle's weights.bin."""
+"""Generated per-texel NTC decoders in Slang, HLSL and GLSL, from one template.
+
+Each fetches the two latent levels a colour mip reads (packed codes from ``latents.bin``
+bound as a uint buffer and filtered bilinearly by hand, exactly as in training; or BC4
+latents from ``latents.dds`` through a bilinear clamp sampler, filtered by the hardware),
+adds the texel position encoding and the LOD, and runs the generated MLP over the
+bundle's ``weights.bin`` (bakery.formats.shadergen). The three languages differ only in
+resource declarations and a handful of spellings, filled into the one template below;
+tables (level sizes, offsets) are baked in as ternary chains, which all three accept.
+"""
 
 from __future__ import annotations
 
 from bakery.formats.shadergen import generate
-from bakery.stages.ntc.objective import LatentGridSpec
 from bakery.nn.network import NetworkSpec
+from bakery.stages.ntc.objective import LOD_INPUT_SCALE, LatentGridSpec
+from bakery.stages.ntc.packing import codes_per_word, word_offsets
+
+LANGUAGES = ("slang", "hlsl", "glsl")
 
 
-def generate_ntc_decoder(grid: LatentGridSpec, spec: NetworkSpec, *, dtype: str = "float16") -> str:
-    (gw0, gh0, f0), (gw1, gh1, f1) = grid.levels
-    mlp = generate(spec, "slang", dtype=dtype, prefix="ntc_mlp")
-    return mlp + f"""
-// ---- NTC per-texel decode --------------------------------------------------------------
-// latents0 / latents1: the bundle's latents_0 / latents_1 texture arrays (RGBA8 UNORM,
-// feature f in layer f / 4, component f % 4). Call ntc_decode_texel(..., px, py, outputs)
-// for integer texel coordinates of the {grid.width}x{grid.height} set.
-static const uint NTC_WIDTH = {grid.width}u;
-static const uint NTC_HEIGHT = {grid.height}u;
-static const uint NTC_F0 = {f0}u;
-static const uint NTC_F1 = {f1}u;
-static const uint NTC_PE = {grid.pe_octaves}u;
+def _table(name: str, values: list[int]) -> str:
+    """uint name(uint i): the i-th value (last one for i past the end)."""
+    expr = f"{values[-1]}u"
+    for i in range(len(values) - 2, -1, -1):
+        expr = f"(i == {i}u ? {values[i]}u : {expr})"
+    return f"uint {name}(uint i)\n{{\n    return {expr};\n}}\n"
 
-float ntc_fetch(Texture2DArray<float4> t, int x, int y, uint f)
+
+def _resources(lang: str, mode: str) -> dict:
+    """Per-language spellings: function parameters/arguments for the bound resources,
+    global declarations (GLSL), the latent fetch and the MLP call."""
+    if lang == "glsl":
+        decl = ("#ifndef NTC_LATENTS_BINDING\n#define NTC_LATENTS_BINDING 1\n#endif\n"
+                + ("layout(std430, binding = NTC_LATENTS_BINDING) readonly buffer ntc_LatentBuffer { uint ntc_latent_words[]; };\n"
+                   if mode == "packed" else "layout(binding = NTC_LATENTS_BINDING) uniform sampler2DArray ntc_latents;\n"))
+        return {"const": "const", "decl": decl, "params": "", "args": "", "mlp": "ntc_mlp_decode(inputs, outputs)",
+                "word": "ntc_latent_words[{i}]", "sample": "textureLod(ntc_latents, vec3({u}, {v}, float({f})), float({lvl})).r",
+                "bind": "bind weights.bin at NTC_MLP_WEIGHTS_BINDING (0) and the latents at NTC_LATENTS_BINDING (1)"}
+    res = ("StructuredBuffer<uint> latents" if mode == "packed"
+           else "Texture2DArray<float> latents, SamplerState latent_sampler")
+    args = "latents" if mode == "packed" else "latents, latent_sampler"
+    return {"const": "static const", "decl": "", "params": f"StructuredBuffer<uint> weights, {res}, ",
+            "args": f"{args}, ", "mlp": "ntc_mlp_decode(weights, inputs, outputs)", "word": "latents[{i}]",
+            "sample": "latents.SampleLevel(latent_sampler, float3({u}, {v}, float({f})), float({lvl}))",
+            "bind": "pass weights.bin as a uint buffer and the latents as declared below"}
+
+
+def generate_ntc_decoder(grid: LatentGridSpec, spec: NetworkSpec, lang: str = "slang", *,
+                         normal_channel: int = -1, dtype: str = "float16") -> str:
+    if lang not in LANGUAGES:
+        raise ValueError(f"unknown shader language {lang!r} (known: {', '.join(LANGUAGES)})")
+    r = _resources(lang, grid.mode)
+    lat_params = r["params"].replace("StructuredBuffer<uint> weights, ", "")
+    lat_args = r["args"]
+    mlp = generate(spec, lang, dtype=dtype, prefix="ntc_mlp")
+    mips, levels = grid.color_mips, grid.levels
+    tables = (_table("ntc_mip_width", [w for w, _ in mips]) + _table("ntc_mip_height", [h for _, h in mips])
+              + _table("ntc_mip_latent_level", [grid.latent_pair(m) for m in range(len(mips))])
+              + _table("ntc_level_width", [w for w, _, _ in levels])
+              + _table("ntc_level_height", [h for _, h, _ in levels]))
+    if grid.mode == "packed":
+        tables += _table("ntc_level_word", word_offsets(grid)[:-1])
+        n = codes_per_word(grid.bits)
+        fetch = f"""
+// Value of feature f at latent texel (x, y) of level k, from the packed codes (docs/FORMAT.md).
+float ntc_latent({lat_params}uint k, int x, int y, uint f)
 {{
-    float4 v = t.Load(int4(x, y, int(f / 4u), 0));
-    uint c = f % 4u;
-    return c == 0u ? v.x : (c == 1u ? v.y : (c == 2u ? v.z : v.w));
+    uint e = (uint(y) * ntc_level_width(k) + uint(x)) * NTC_F + f;
+    uint word = {r["word"].format(i=f"ntc_level_word(k) + e / {n}u")};
+    uint code = (word >> ((e % {n}u) * {grid.bits}u)) & {(1 << grid.bits) - 1}u;
+    return float(code) / {float((1 << grid.bits) - 1)!r};
 }}
 
-void ntc_sample(Texture2DArray<float4> t, uint gw, uint gh, float u, float v, uint features, uint first,
-                inout float inputs[NTC_MLP_N_INPUTS])
+// Bilinear, clamp to edge, by hand: bit-exact with training on any GPU.
+void ntc_sample({lat_params}uint k, float u, float v, uint first, inout float inputs[NTC_MLP_N_INPUTS])
 {{
+    uint gw = ntc_level_width(k);
+    uint gh = ntc_level_height(k);
     float gx = u * float(gw) - 0.5;
     float gy = v * float(gh) - 0.5;
     float fx = floor(gx);
@@ -44,44 +87,81 @@ void ntc_sample(Texture2DArray<float4> t, uint gw, uint gh, float u, float v, ui
     int x1 = clamp(int(fx) + 1, 0, int(gw) - 1);
     int y0 = clamp(int(fy), 0, int(gh) - 1);
     int y1 = clamp(int(fy) + 1, 0, int(gh) - 1);
-    float w0 = (1.0 - tx) * (1.0 - ty);
-    float w1 = tx * (1.0 - ty);
-    float w2 = (1.0 - tx) * ty;
-    float w3 = tx * ty;
-    for (uint f = 0u; f < features; f++)
+    for (uint f = 0u; f < NTC_F; f++)
     {{
         float s = 0.0;
-        s += w0 * ntc_fetch(t, x0, y0, f);
-        s += w1 * ntc_fetch(t, x1, y0, f);
-        s += w2 * ntc_fetch(t, x0, y1, f);
-        s += w3 * ntc_fetch(t, x1, y1, f);
+        s += (1.0 - tx) * (1.0 - ty) * ntc_latent({lat_args}k, x0, y0, f);
+        s += tx * (1.0 - ty) * ntc_latent({lat_args}k, x1, y0, f);
+        s += (1.0 - tx) * ty * ntc_latent({lat_args}k, x0, y1, f);
+        s += tx * ty * ntc_latent({lat_args}k, x1, y1, f);
         inputs[first + f] = s;
     }}
 }}
+"""
+    else:
+        fetch = f"""
+// Hardware bilinear filtering of the BC4 latents: use a linear, clamp-to-edge sampler
+// without mip interpolation (the level is chosen explicitly).
+void ntc_sample({lat_params}uint k, float u, float v, uint first, inout float inputs[NTC_MLP_N_INPUTS])
+{{
+    for (uint f = 0u; f < NTC_F; f++)
+        inputs[first + f] = {r["sample"].format(u="u", v="v", f="f", lvl="k")};
+}}
+"""
+    c = r["const"]
+    normal = """
+    if (NTC_NORMAL_CHANNEL >= 0)
+    {
+        uint nc = uint(NTC_NORMAL_CHANNEL);
+        float nx = outputs[nc] * 2.0 - 1.0;
+        float ny = outputs[nc + 1u] * 2.0 - 1.0;
+        float nz = outputs[nc + 2u] * 2.0 - 1.0;
+        float s = 1.0 / sqrt(nx * nx + ny * ny + nz * nz + 1e-6);
+        outputs[nc] = nx * s * 0.5 + 0.5;
+        outputs[nc + 1u] = ny * s * 0.5 + 0.5;
+        outputs[nc + 2u] = nz * s * 0.5 + 0.5;
+    }"""
+    return mlp + f"""
+// ---- NTC per-texel decode ({lang}, {grid.mode} latents) ----------------------------------
+// Decodes texel (px, py) of colour mip `mip` of the {grid.width}x{grid.height} set; {r["bind"]}.
+// ntc_decode_texel returns the raw outputs (what the bundle's reference decoder returns);
+// ntc_finish renormalises the normal and clamps to [0, 1], as the previews are stored.
+{r["decl"]}{c} uint NTC_F = {grid.features}u;
+{c} uint NTC_PE = {grid.pe_octaves}u;
+{c} uint NTC_MIPS = {len(mips)}u;
+{c} int NTC_NORMAL_CHANNEL = {normal_channel};
 
+{tables}{fetch}
 float ntc_triangle(float x)
 {{
-    return abs(2.0 * frac(x) - 1.0);
+    return abs(2.0 * (x - floor(x)) - 1.0);
 }}
 
-void ntc_decode_texel(StructuredBuffer<uint> weights, Texture2DArray<float4> latents0,
-                      Texture2DArray<float4> latents1, uint px, uint py, out float outputs[NTC_MLP_N_OUTPUTS])
+void ntc_decode_texel({r["params"]}uint mip, uint px, uint py, out float outputs[NTC_MLP_N_OUTPUTS])
 {{
     float inputs[NTC_MLP_N_INPUTS];
-    float u = (float(px) + 0.5) / float(NTC_WIDTH);
-    float v = (float(py) + 0.5) / float(NTC_HEIGHT);
-    ntc_sample(latents0, {gw0}u, {gh0}u, u, v, NTC_F0, 0u, inputs);
-    ntc_sample(latents1, {gw1}u, {gh1}u, u, v, NTC_F1, NTC_F0, inputs);
+    uint a = ntc_mip_latent_level(mip);
+    float u = (float(px) + 0.5) / float(ntc_mip_width(mip));
+    float v = (float(py) + 0.5) / float(ntc_mip_height(mip));
+    ntc_sample({lat_args}a, u, v, 0u, inputs);
+    ntc_sample({lat_args}a + 1u, u, v, NTC_F, inputs);
     for (uint k = 0u; k < NTC_PE; k++)
     {{
         float period = float(2u << k);
         float ax = (float(px) + 0.5) / period;
         float ay = (float(py) + 0.5) / period;
-        inputs[NTC_F0 + NTC_F1 + 4u * k + 0u] = ntc_triangle(ax);
-        inputs[NTC_F0 + NTC_F1 + 4u * k + 1u] = ntc_triangle(ax + 0.25);
-        inputs[NTC_F0 + NTC_F1 + 4u * k + 2u] = ntc_triangle(ay);
-        inputs[NTC_F0 + NTC_F1 + 4u * k + 3u] = ntc_triangle(ay + 0.25);
+        inputs[2u * NTC_F + 4u * k + 0u] = ntc_triangle(ax);
+        inputs[2u * NTC_F + 4u * k + 1u] = ntc_triangle(ax + 0.25);
+        inputs[2u * NTC_F + 4u * k + 2u] = ntc_triangle(ay);
+        inputs[2u * NTC_F + 4u * k + 3u] = ntc_triangle(ay + 0.25);
     }}
-    ntc_mlp_decode(weights, inputs, outputs);
+    inputs[2u * NTC_F + 4u * NTC_PE] = float(mip) * {LOD_INPUT_SCALE!r};
+    {r["mlp"]};
+}}
+
+void ntc_finish(inout float outputs[NTC_MLP_N_OUTPUTS])
+{{{normal}
+    for (uint c = 0u; c < NTC_MLP_N_OUTPUTS; c++)
+        outputs[c] = clamp(outputs[c], 0.0, 1.0);
 }}
 """

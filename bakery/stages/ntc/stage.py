@@ -1,24 +1,38 @@
 """Stage ``ntc``: neural texture compression of a whole material texture set.
 
-All textures of one material (up to 16 channels) become two levels of low-bit latent
-textures plus one small decoder MLP; any texel of any channel decodes on its own.
-The same run encodes the set with the classical formats a studio ships today (BC7
-colour, BC5 normal, BC4 single channels) and reports both, also at equal bytes.
+All textures of one material (up to 16 channels) become a pyramid of low-bit latent
+grids plus one small decoder MLP; any texel of any channel at any mip level decodes on
+its own. Latents ship packed (``latents.bin``, codes in 32-bit words) or as a BC4 texture
+array with mips (``latents.dds``, sampled with hardware filtering). Rates count the bytes
+an engine keeps in GPU memory. The same run encodes the set with the classical formats a
+studio ships today (BC7 colour, BC5 normal, BC4 single channels) and reports both, also at
+equal bytes.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from bakery.formats.images import mean_psnr, psnr
-from bakery.stages.ntc.objective import LATENT_BITS, LatentTextureFit
+from bakery.errors import UsageError
+from bakery.formats.images import mean_psnr, psnr, set_psnr
+from bakery.materials import ROLES, SRGB_ROLES, load_material, renormalize_normals
 from bakery.nn.optimizers import Adam
 from bakery.nn.trainer import TrainConfig, Trainer
-from bakery.materials import ROLES, load_material, renormalize_normals
-from bakery.stages.ntc.rate import candidates, choose
-from bakery.stages.ntc.shader import generate_ntc_decoder
 from bakery.stages import Param, Stage, StageResult, register
 from bakery.stages.base import StepProgress
+from bakery.stages.ntc import bc4, packing
+from bakery.stages.ntc.objective import LATENT_BITS, LATENT_MODES, LatentTextureFit
+from bakery.stages.ntc.rate import choose, ladder
+from bakery.stages.ntc.shader import LANGUAGES, generate_ntc_decoder
+
+#: Training budget per device class: the CPU (lavapipe) preset keeps a 256^2 set near a
+#: minute (56 s warm, 1.7 min with a cold shader cache, on this shared 2-core machine), the GPU one aims at production
+#: quality on a 2048^2 set in < 2 minutes (bench/ntc.py measures it).
+PRESETS = {"software": {"steps": 300, "batch": 1 << 12, "hidden": 32, "bc_refresh": 25},
+           "gpu": {"steps": 6000, "batch": 1 << 18, "hidden": 64, "bc_refresh": 100}}
+WEIGHT_RANGE = (0.5, 4.0)
+FREEZE_FRACTION = 0.05
+NEAR_LOSSLESS_DB = 50.0
 
 
 def _weight_params():
@@ -26,26 +40,50 @@ def _weight_params():
                  for r in ROLES)
 
 
+def bcn_weights(report: dict, roles) -> dict[str, float]:
+    """Per-texture loss weights from BCn at equal bytes: sqrt(mean MSE / its MSE), clamped,
+    so textures BCn keeps well (and a studio would notice losing) are not starved by the
+    maps with the most energy, as plain MSE would (1 / MSE itself would starve those maps
+    instead: the square root meets halfway). Maps BCn keeps near-lossless
+    (> NEAR_LOSSLESS_DB: flat maps) keep weight 1: they are easy."""
+    mse = {r: 10 ** (-report["textures"][r]["same_bytes_psnr"] / 10) for r in roles
+           if report["textures"][r]["same_bytes_psnr"] <= NEAR_LOSSLESS_DB}
+    if not mse:
+        return {r: 1.0 for r in roles}
+    mean = float(np.mean(list(mse.values())))
+    return {r: float(np.clip(np.sqrt(mean / mse[r]), *WEIGHT_RANGE)) if r in mse else 1.0 for r in roles}
+
+
 @register
 class NeuralTextureCompression(Stage):
     type_name = "ntc"
-    version = "1"
-    description = "compress a material's texture set into latent textures + a decoder MLP"
+    version = "2"
+    description = "compress a material's texture set (with mips) into latent textures + a decoder MLP"
     input_roles = tuple(ROLES)
     params = (
-        Param("bpp", float, 8.0, "bits per texel for the whole set, latents and decoder", min=0.5, max=20.0),
+        Param("bpp", float, 8.0, "GPU-resident bits per texel of mip 0 for the whole set (latents with their "
+              "mips + decoder)", min=0.5, max=20.0),
         Param("target_psnr", float, 0.0, "if > 0: the cheapest rate whose mean PSNR reaches this (overrides bpp)",
               min=0.0, max=80.0),
-        Param("steps", int, 3000, "training steps per trained rate", min=1, max=1_000_000),
-        Param("batch", int, 1 << 16, "texels per step", min=64, max=1 << 22),
-        Param("hidden", int, 64, "decoder hidden width", min=8, max=128),
+        Param("steps", int, 0, "training steps per trained rate (0: the device preset)", min=0, max=1_000_000),
+        Param("batch", int, 0, "texels per step (0: the device preset)", min=0, max=1 << 22),
+        Param("hidden", int, 0, "decoder hidden width (0: the device preset)", min=0, max=128),
         Param("layers", int, 2, "decoder hidden layers", min=1, max=4),
-        Param("latent_bits", int, 4, "bits per latent feature", choices=LATENT_BITS),
-        Param("pe_octaves", int, 3, "texel position-encoding octaves", min=0, max=6),
+        Param("latents", str, "packed", "latent storage: packed codes in a buffer, or BC4 textures", choices=LATENT_MODES),
+        Param("latent_bits", int, 4, "bits per latent code (packed mode; BC4 is 4)", choices=LATENT_BITS),
+        Param("features", int, 0, "latent features per level (0: choose by rate)", choices=(0, 4, 8, 12, 16)),
+        Param("mips", bool, True, "train and ship the whole mip chain"),
+        Param("pe_octaves", int, 3, "texel position-encoding octaves", min=1, max=6),
         Param("lr", float, 5e-3, "decoder learning rate", min=1e-6, max=1.0),
         Param("latent_lr", float, 2e-2, "latent learning rate", min=1e-6, max=1.0),
+        Param("noise_fraction", float, 0.0, "packed mode: fraction of steps trained with uniform latent noise "
+              "instead of rounding; the latents freeze for the last FREEZE_FRACTION", min=0.0, max=1.0),
+        Param("bc_refresh", int, 0, "BC mode: steps between BC4 re-encodes of the latents (0: preset)",
+              min=0, max=100_000),
+        Param("weighting", str, "uniform", "per-texture loss weights: uniform, or from the MSE of BCn at "
+              "equal bytes (bcn_weights)", choices=("uniform", "bcn")),
         Param("baseline", bool, True, "also encode BC7/BC5/BC4 and report them"),
-        Param("transcode", str, "none", "also write BCn DDS files decoded from the network",
+        Param("transcode", str, "none", "also write BCn DDS files (full mip chains) decoded from the network",
               choices=("none", "bcn")),
         *_weight_params(),
     )
@@ -54,19 +92,48 @@ class NeuralTextureCompression(Stage):
         (inp,) = inputs
         material = load_material(dict(inp.files))
         h, w, c = material.image.shape
-        points = candidates(w, h, c, hidden=params["hidden"], layers=params["layers"],
-                            bits=params["latent_bits"], pe_octaves=params["pe_octaves"])
-        weights = np.concatenate([np.full(n, params[f"weight_{r}"], np.float32)
+        preset_name = "software" if ctx.device.info.software else "gpu"
+        preset = PRESETS[preset_name]
+        steps = params["steps"] or preset["steps"]
+        batch = params["batch"] or preset["batch"]
+        refresh = params["bc_refresh"] or preset["bc_refresh"]
+        hidden = params["hidden"] or preset["hidden"]
+        if hidden < 8:
+            raise UsageError(f"hidden {hidden} is below 8", key="params.hidden")
+        rate_kw = dict(hidden=hidden, layers=params["layers"], pe_octaves=params["pe_octaves"],
+                       bits=4 if params["latents"] == "bc" else params["latent_bits"], mips=params["mips"],
+                       mode=params["latents"], features=params["features"])
+        textures = material.split(material.image)
+
+        weighting = params["weighting"]
+        report = None
+        if params["baseline"] or weighting == "bcn":
+            from bakery.baselines.material import baseline_report
+            first = choose(w, h, c, params["bpp"], **rate_kw) if params["target_psnr"] <= 0 else None
+            report = baseline_report(textures, neural_bpp=first.bpp if first else params["bpp"])
+        role_w = bcn_weights(report, material.roles) if weighting == "bcn" else {r: 1.0 for r in material.roles}
+        weights = np.concatenate([np.full(n, params[f"weight_{r}"] * role_w[r], np.float32)
                                   for r, (_, n) in zip(material.roles, material.slices)])
-        cfg = TrainConfig(steps=params["steps"], batch=params["batch"], optimizer=Adam(lr=params["lr"]),
-                          schedule="cosine", seed=ctx.seed)
+        cfg = TrainConfig(steps=steps, batch=batch, optimizer=Adam(lr=params["lr"]), schedule="cosine",
+                          seed=ctx.seed)
 
         def train(point):
             obj = LatentTextureFit(ctx.device, material.image, point.grid, channel_weights=weights,
                                    normal_channel=material.normal_channel, latent_lr=params["latent_lr"],
-                                   seed=ctx.seed)
+                                   seed=ctx.seed, noise_steps=int(params["noise_fraction"] * cfg.steps))
             trainer = Trainer(ctx.device, point.network, obj, cfg)
-            trainer.train(progress=StepProgress(ctx, cfg.steps))
+            progress = StepProgress(ctx, cfg.steps)
+            freeze = cfg.steps - int(FREEZE_FRACTION * cfg.steps)
+            if point.grid.mode == "bc":
+                while trainer.step < cfg.steps:
+                    _refresh_bc(obj)
+                    trainer.train(refresh, progress=progress)
+                _refresh_bc(obj)
+            else:
+                # the last steps fit the decoder to the final codes, latents frozen (as RTXNTC)
+                trainer.train(freeze, progress=progress)
+                obj.latents.lr = 0.0
+                trainer.train(progress=progress)
             decoded = renormalize_normals(obj.decode(trainer), material.normal_channel)
             scores = {r: psnr(decoded[..., a:a + n], material.image[..., a:a + n])
                       for r, (a, n) in zip(material.roles, material.slices)}
@@ -74,46 +141,70 @@ class NeuralTextureCompression(Stage):
 
         tried = []
         if params["target_psnr"] > 0:
-            result = self._search_rate(points, params["target_psnr"], train, tried, ctx)
+            result = self._search_rate(ladder(w, h, c, **rate_kw), params["target_psnr"], train, tried, ctx)
         else:
-            result = train(choose(points, params["bpp"]))
+            result = train(choose(w, h, c, params["bpp"], **rate_kw))
         point, obj, trainer, decoded, scores = result
+        grid = point.grid
         net_params = trainer.params()
-        levels = obj.quantized_latents()
-        top = (1 << point.grid.bits) - 1
+        if report is not None and report.get("same_bytes", {}).get("neural_bpp") != point.bpp:
+            from bakery.baselines.material import baseline_report
+            report = baseline_report(textures, neural_bpp=point.bpp)
 
         out = ctx.out
         out.write_weights("weights.bin", point.network, net_params)
-        for k, codes in enumerate(levels):
-            layers = codes.shape[2] // 4
-            arr = (codes.astype(np.float32) / top).reshape(codes.shape[0], codes.shape[1], layers, 4)
-            arr = np.ascontiguousarray(arr.transpose(2, 0, 1, 3))  # [layers, H, W, 4]
-            for ext in ("dds", "ktx2"):
-                out.write_texture(f"latents_{k}.{ext}", "rgba8_unorm", [arr], array=True, role="latents",
-                                  supercompression="zstd" if ext == "ktx2" else "none")
+        raw_levels = packing.split_levels(grid, obj.raw_latents())
+        if grid.mode == "packed":
+            latent_file = "latents.bin"
+            out.write_bytes(latent_file, packing.pack(grid, [packing.quantize(v, grid.bits) for v in raw_levels]),
+                            role="latents")
+        else:
+            latent_file = "latents.dds"
+            blocks, _ = bc4.encode_levels(raw_levels)
+            out.write_texture(latent_file, "bc4_unorm", blocks, width=grid.grid_width, height=grid.grid_height,
+                              array=True, role="latents")
+        mip_images = [decoded] + [renormalize_normals(obj.decode_mip(trainer, m), material.normal_channel)
+                                  for m in range(1, len(grid.color_mips))]
         for role, image in material.split(decoded).items():
             out.write_png(f"preview_{role}.png", image)
-        out.write_decoder_artifacts(point.network, params=net_params, shaders=("slang", "hlsl"))
-        out.write_bytes("ntc_decode.slang", generate_ntc_decoder(point.grid, point.network).encode(), role="shader")
+        out.write_decoder_artifacts(point.network, params=net_params, shaders=LANGUAGES)
+        for lang in LANGUAGES:
+            out.write_bytes(f"ntc_decode.{lang}", generate_ntc_decoder(grid, point.network, lang,
+                                                                          normal_channel=material.normal_channel).encode(),
+                            role="shader")
 
+        mip_psnr = [round(set_psnr([psnr(im[..., a:a + n], ref[..., a:a + n]) for a, n in material.slices]), 3)
+                    for im, ref in zip(mip_images, obj.pyramid)]
+        lat_bytes, weights_bytes = point.latent_bits // 8, point.decoder_bits // 8
         metrics = {"bpp": round(point.bpp, 4), "psnr_db": {r: round(v, 3) for r, v in scores.items()},
-                   "mean_psnr_db": round(mean_psnr(scores.values()), 3)}
+                   "mean_psnr_db": round(mean_psnr(scores.values()), 3),
+                   "set_psnr_db": round(set_psnr(scores.values()), 3)}
         extra = {"material": {"roles": list(material.roles),
                               "channels": {r: [a, n] for r, (a, n) in zip(material.roles, material.slices)},
+                              "color_space": {r: "srgb" if r in SRGB_ROLES else "linear" for r in material.roles},
                               "width": w, "height": h, "normal_channel": material.normal_channel},
-                 "latents": point.grid.to_dict(),
-                 "rate": {"bits": point.bits, "latent_bits": point.grid.latent_bits,
-                          "decoder_bits": point.bits - point.grid.latent_bits, "bpp": point.bpp,
+                 "files": {"latents": latent_file, "weights": "weights.bin",
+                           "decoders": {lang: f"ntc_decode.{lang}" for lang in LANGUAGES}},
+                 "latents": grid.to_dict(),
+                 "packing": _packing_doc(grid),
+                 "decoder_inputs": _input_layout(grid),
+                 "conventions": CONVENTIONS,
+                 "rate": {"bits": point.bits, "latent_bits": point.latent_bits, "decoder_bits": point.decoder_bits,
+                          "bpp": point.bpp, "gpu_resident_bytes": {latent_file: lat_bytes, "weights.bin": weights_bytes},
                           "requested_bpp": params["bpp"] if params["target_psnr"] <= 0 else None,
-                          "tried": tried}}
-        if params["baseline"] or params["transcode"] == "bcn":
-            from bakery.baselines.material import baseline_report
-
-            textures = material.split(material.image)
-            report = baseline_report(textures, neural_bpp=point.bpp)
+                          "texels": w * h, "tried": tried},
+                 "mip_psnr_db": mip_psnr,   # per colour mip, set PSNR (mean MSE) against the box-filtered chain
+                 "training": {"preset": preset_name, "steps": steps, "batch": batch, "hidden": hidden,
+                              "bc_refresh": refresh if grid.mode == "bc" else None,
+                              "noise_steps": obj.noise_steps, "latents_frozen_from_step": (
+                                  None if grid.mode == "bc" else cfg.steps - int(FREEZE_FRACTION * cfg.steps)), "weighting": weighting,
+                              "role_weights": {r: round(params[f"weight_{r}"] * role_w[r], 4) for r in material.roles},
+                              "loss": "weighted L2 in storage space (albedo: sRGB-encoded values, as BC7_SRGB "
+                                      "stores and the PSNR measures), normals renormalised before the loss"}}
+        if report is not None:
             extra["baseline"] = report
-            if params["transcode"] == "bcn":
-                self._transcode(out, material.split(decoded))
+        if params["transcode"] == "bcn":
+            self._transcode(out, [material.split(np.clip(im, 0, 1)) for im in mip_images])
         ctx.log.info("%s: %dx%d, %d channels, %.2f bpp, mean PSNR %.2f dB", inp.name, w, h, c, point.bpp,
                      metrics["mean_psnr_db"])
         return StageResult(metrics=metrics, manifest={"ntc": extra})
@@ -138,8 +229,50 @@ class NeuralTextureCompression(Stage):
         return best
 
     @staticmethod
-    def _transcode(out, decoded: dict) -> None:
+    def _transcode(out, mips: list[dict]) -> None:
         from bakery.baselines.transcode import transcode_to_bcn
 
-        for role, (fmt, blocks, width, height) in transcode_to_bcn(decoded).items():
-            out.write_texture(f"transcoded_{role}.dds", fmt, [blocks], width=width, height=height, role="transcoded")
+        per_mip = [transcode_to_bcn(m) for m in mips]
+        for role, (fmt, _, width, height) in per_mip[0].items():
+            out.write_texture(f"transcoded_{role}.dds", fmt, [m[role][1] for m in per_mip], width=width,
+                              height=height, role="transcoded")
+
+
+def _refresh_bc(obj: LatentTextureFit) -> None:
+    """Re-encode the latents as BC4 and hand the training kernel decoded - raw."""
+    raw = obj.raw_latents()
+    _, decoded = bc4.encode_levels(packing.split_levels(obj.grid, raw))
+    obj.set_block_compression_delta(np.concatenate([d.reshape(-1) for d in decoded]) - raw)
+
+
+CONVENTIONS = {
+    "uv": "texel (x, y) of colour mip L (width W_L, height H_L) is at u = (x + 0.5) / W_L, v = (y + 0.5) / H_L; "
+          "y = 0 is the first row of the PNG/DDS (top)",
+    "latent_sampling": "bilinear, clamp to edge: g = u * gw - 0.5 (same for v), taps floor(g) and floor(g) + 1 "
+                       "clamped to [0, gw - 1], weights from frac(g)",
+    "outputs": "raw decoder outputs in set channel order; clamp each to [0, 1]",
+    "normals": "channels [normal_channel, +3) are a storage-space normal: n = 2 * out - 1, n /= |n|, "
+               "store n * 0.5 + 0.5",
+    "color_space": "albedo outputs are sRGB-encoded (decode to linear after the network, or write to an "
+                   "*_SRGB target); every other role is linear",
+}
+
+
+def _packing_doc(grid) -> dict:
+    if grid.mode == "bc":
+        return {"format": "BC4_UNORM texture array (DDS, DXGI 80): array layer f = feature f, mip level k = "
+                          "latent level k", "bits_per_feature_texel": 4}
+    offsets = packing.word_offsets(grid)
+    return {"format": "little-endian uint32 words; element e = (y * gw + x) * F + f of level k is bits "
+                      "[(e % n) * b, +b) of word word_offsets[k] + e / n; value = code / (2^b - 1)",
+            "bits": grid.bits, "codes_per_word": packing.codes_per_word(grid.bits), "word_offsets": offsets[:-1],
+            "words": offsets[-1]}
+
+
+def _input_layout(grid) -> list[dict]:
+    f, p = grid.features, grid.pe_octaves
+    return [{"first": 0, "count": f, "what": "latent level a (= latent_level of the colour mip), bilinear"},
+            {"first": f, "count": f, "what": "latent level a + 1, bilinear"},
+            {"first": 2 * f, "count": 4 * p, "what": "per octave k < pe_octaves: tri(x'), tri(x' + 1/4), tri(y'), "
+             "tri(y' + 1/4) with x' = (x + 0.5) / 2^(k+1) in mip texels, tri(t) = |2 frac(t) - 1|"},
+            {"first": 2 * f + 4 * p, "count": 1, "what": "LOD * 0.25"}]
