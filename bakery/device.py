@@ -53,6 +53,7 @@ class Device:
         self.spy = spy_device
         # ``portable`` compiles the fp32 backend even where CoopVec exists (reference runs).
         self.coopvec = bool(spy_device.has_feature(spy.Feature.cooperative_vector)) and not portable
+        self.portable_forced = portable
         self.info = DeviceInfo(backend=backend, adapter=spy_device.info.adapter_name,
                                cooperative_vector=self.coopvec,
                                software=bool(spy_device.has_feature(spy.Feature.software_device)))
@@ -60,9 +61,13 @@ class Device:
 
     @property
     def device_class(self) -> str:
-        """Short identity for cache keys: outputs may differ between these, never within."""
-        i = self.info
-        return f"{i.backend}:{i.adapter}:{'coopvec' if i.cooperative_vector else 'portable'}"
+        """Short identity for cache keys: outputs may differ between these, never within.
+
+        The backend an adapter gets (CoopVec or portable) follows from the adapter, so
+        backend and adapter name identify it; :func:`probe_device_class` finds the same
+        string without opening a device.
+        """
+        return device_class_of(self.info.backend, self.info.adapter) + (":portable" if self.portable_forced else "")
 
     def defines(self) -> dict[str, str]:
         return {"BAKERY_COOPVEC": "1" if self.coopvec else "0"}
@@ -97,6 +102,49 @@ class Device:
         self.spy.wait_for_idle()
 
 
+def device_class_of(backend: str, adapter: str) -> str:
+    return f"{backend}:{adapter}"
+
+
+def _is_software(adapter_name: str) -> bool:
+    name = adapter_name.lower()
+    return "llvmpipe" in name or "lavapipe" in name
+
+
+def probe_device_class(kind: str) -> str | None:
+    """The class of the device :func:`open_device` would open for ``kind``, found by
+    listing adapters only (no device is created; planning and dry runs use this).
+    None when no such device exists, e.g. without a Vulkan loader."""
+    if kind not in DEVICE_KINDS:
+        raise UsageError(f"unknown device {kind!r} (known: {', '.join(DEVICE_KINDS)})", key="--device")
+    try:
+        import slangpy as spy
+
+        def first(type_, software: bool) -> str | None:
+            names = [a.name for a in spy.Device.enumerate_adapters(type_)]
+            return next((n for n in names if _is_software(n) == software), None)
+
+        def vulkan(software: bool) -> str | None:
+            name = first(spy.DeviceType.vulkan, software)
+            return device_class_of("vulkan", name) if name else None
+
+        def cuda() -> str | None:
+            if not _cuda_driver_present():
+                return None
+            name = first(spy.DeviceType.cuda, False)
+            return device_class_of("cuda", name) if name else None
+
+        if kind == "vulkan":
+            return vulkan(False)
+        if kind == "software":
+            return vulkan(True)
+        if kind == "cuda":
+            return cuda()
+        return vulkan(False) or cuda() or vulkan(True)
+    except Exception:  # noqa: BLE001 - no slangpy, no loader: nothing can be opened
+        return None
+
+
 def _create(kind: str, cache_dir: Path | None, portable: bool = False):
     import slangpy as spy
 
@@ -113,8 +161,7 @@ def _create(kind: str, cache_dir: Path | None, portable: bool = False):
     # Pick the adapter: hardware first, unless software was asked for explicitly.
     chosen = None
     for a in adapters:
-        is_sw = "llvmpipe" in a.name.lower() or "lavapipe" in a.name.lower()
-        if is_sw == want_software:
+        if _is_software(a.name) == want_software:
             chosen = a
             break
     if chosen is None:

@@ -59,8 +59,27 @@ class SummaryStage(Stage):
 
     def run(self, ctx, inputs, params):
         _count(self.type_name)
-        src = inputs[0].bundle / "blurred.png"
-        ctx.out.write_json("summary.json", {"sha256": hashlib.sha256(src.read_bytes()).hexdigest()})
+        src = inputs[0].bundle.files["blurred.png"]
+        ctx.out.write_json("summary.json", {"sha256": hashlib.sha256(src).hexdigest()})
+        return StageResult()
+
+
+@register
+class JoinStage(Stage):
+    """Joins an asset with an upstream bundle of the same name: a stage of two inputs."""
+
+    type_name = "test_join"
+    version = "1"
+    uses_device = False
+    joins_inputs = True
+
+    def run(self, ctx, inputs, params):
+        _count(self.type_name)
+        source, upstream = inputs
+        ctx.out.write_json("pair.json", {
+            "asset": source.name, "roles": sorted(source.files),
+            "upstream_stage": upstream.bundle.manifest["stage"]["type"],
+            "upstream_files": sorted(n for n in upstream.bundle.files if n != "manifest.json")})
         return StageResult()
 
 

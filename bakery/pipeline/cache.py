@@ -2,8 +2,8 @@
 unchanged.
 
 Key = sha256 over: input file bytes (by role), the asset name, upstream task keys, params,
-seed, stage type and version, bakery version, the text of the Slang files the stage
-compiles, and the device class (only for stages that use a device, so pure-CPU stages
+seed, stage type and version, bakery version, the stage's code fingerprint (every
+Python and Slang file its output depends on, see fingerprint.py), and the device class (only for stages that use a device, so pure-CPU stages
 never open one just to compute a key).
 
 Layout under the cache folder::
@@ -22,7 +22,7 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import bakery
 
@@ -41,30 +41,8 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def slang_dir() -> Path:
-    """Where stage Slang sources live (the device layer's setting when it is importable)."""
-    try:
-        from bakery.device import SLANG_DIR
-        return Path(SLANG_DIR)
-    except ImportError:  # pragma: no cover - device layer missing
-        return Path(bakery.__file__).resolve().parent.parent / "slang"
-
-
-def hash_slang_sources(names: tuple[str, ...] | list[str], base: Path | None = None) -> str:
-    """sha256 over the named files' text; a missing file hashes as missing (and changes the
-    key once it appears) rather than failing here: the stage itself reports it."""
-    base = base or slang_dir()
-    h = hashlib.sha256()
-    for name in sorted(names):
-        p = base / name
-        h.update(name.encode() + b"\0")
-        h.update(p.read_bytes() if p.is_file() else b"<missing>")
-        h.update(b"\0")
-    return h.hexdigest()
-
-
 def key_parts(*, stage_type: str, stage_version: str, asset: str, params: dict, seed: int,
-              inputs: dict[str, str], upstream: dict[str, str], slang: str,
+              inputs: dict[str, str], upstream: dict[str, str], code: str,
               device_class: str | None) -> dict:
     return {
         "stage": stage_type,
@@ -75,7 +53,7 @@ def key_parts(*, stage_type: str, stage_version: str, asset: str, params: dict, 
         "seed": seed,
         "inputs": inputs,
         "upstream": upstream,
-        "slang": slang,
+        "code": code,  # the stage's code closure (bakery.pipeline.fingerprint)
         "device_class": device_class,
     }
 
@@ -104,8 +82,8 @@ def why_rebuild(old: dict | None, new: dict) -> str:
     for k, label in (("stage_version", "stage version"), ("bakery_version", "bakery version")):
         if old.get(k) != new[k]:
             reasons.append(f"version changed ({label} {old.get(k)} -> {new[k]})")
-    if old.get("slang") != new["slang"]:
-        reasons.append("version changed (slang sources)")
+    if old.get("code") != new["code"]:
+        reasons.append("version changed (stage code)")
     if old.get("device_class") != new["device_class"]:
         reasons.append(f"device changed ({new['device_class']})")
     if old.get("stage") != new["stage"]:
@@ -134,7 +112,9 @@ class EntryCheck:
 
 
 class Cache:
-    """The cache folder of one pipeline."""
+    """The cache folder of one pipeline, behind a small get/put interface: :meth:`get`
+    returns a verified entry's bundle folder, :meth:`put` fills and seals one. Another
+    store (a shared path, an object store) need only provide the same calls."""
 
     def __init__(self, root: Path):
         self.root = Path(root)
@@ -179,6 +159,18 @@ class Cache:
         if extra:
             return EntryCheck("corrupt", f"unexpected file {extra[0]}")
         return EntryCheck("ok")
+
+    def get(self, key: str) -> Path | None:
+        """The bundle folder of a complete, verified entry, or None (missing or corrupt:
+        :meth:`check` says which)."""
+        return self.bundle_dir(key) if self.check(key).state == "ok" else None
+
+    def put(self, key: str, write: Callable[[Path], Any]) -> dict:
+        """Builds entry ``key``: ``write(folder)`` must publish a bundle at ``folder``
+        atomically; the entry is then sealed. Returns the entry's checksums."""
+        self.discard(key)
+        write(self.bundle_dir(key))
+        return self.seal(key)
 
     def seal(self, key: str) -> dict:
         """Marks a freshly built entry complete by writing its checksums (last step)."""

@@ -1,7 +1,8 @@
 """``bakery bake`` and ``bakery clean`` (wired into bakery/cli.py).
 
 Exit codes: 0 every task built or cached, 1 some task failed, 2 configuration or usage
-error (nothing was run), 130 interrupted.
+error (nothing was run), 3 (``--dry-run`` only) something would build — make's ``-q``
+convention, so a hook can ask "is everything baked?" — and 130 interrupted.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from bakery.pipeline.executor import ALL_STAGES, BakeOptions, bake
 from bakery.pipeline.lock import LOCK_NAME, OutputLock
 
 EXIT_INTERRUPTED = 130
+EXIT_WOULD_BUILD = 3
 
 
 def _setup_logging(verbose: bool) -> logging.Logger:
@@ -70,7 +72,8 @@ def _read_changed(changed: tuple[str, ...], changed_from: str | None) -> list[Pa
 @click.option("--changed", multiple=True, metavar="FILE",
               help="Bake only the tasks FILE feeds (pre-submit hooks). Repeatable.")
 @click.option("--changed-from", metavar="LIST", help="Read --changed files, one per line, from LIST or '-' (stdin).")
-@click.option("--dry-run", is_flag=True, help="Say what would run and why; touch nothing.")
+@click.option("--dry-run", is_flag=True,
+              help="Say what would run and why; touch nothing, open no device. Exit 3 if anything would build.")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first failed task (default: keep going).")
 @click.option("--no-wait", is_flag=True, help="Fail at once if another bake holds the output folder.")
 @click.option("--device", type=click.Choice(["auto", "vulkan", "cuda", "software"]), default=None,
@@ -96,8 +99,9 @@ def bake_cmd(pipeline, force, only, assets, changed, changed_from, dry_run, fail
     for note in result.notes:
         log.warning("%s", note)
     click.echo(result.table())
-    if not dry_run:
-        click.echo(f"report: {display_path(pipe.out / 'bake-report.json')}")
+    if dry_run:
+        sys.exit(EXIT_WOULD_BUILD if result.totals().get("would-build") else EXIT_OK)
+    click.echo(f"report: {display_path(pipe.out / 'bake-report.json')}")
     sys.exit(EXIT_TASK_FAILED if result.failed else EXIT_OK)
 
 

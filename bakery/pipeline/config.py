@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bakery.errors import UsageError
+from bakery.pipeline.dag import find_cycle
 from bakery.pipeline.sourcemap import SourceMap
 
 #: Texture roles an asset may declare; a material folder's files are matched by stem.
@@ -225,8 +226,6 @@ def load_pipeline(path: str | Path) -> Pipeline:
     declared = set(doc["assets"]) if isinstance(doc.get("assets"), dict) else set()
     pipe.stages = _load_stages(doc.get("stages", {}), pipe, declared, c)
     if not c.lines:
-        from bakery.pipeline.graph import find_cycle
-
         cycle = find_cycle({n: s.upstream for n, s in pipe.stages.items()})
         if cycle:
             c.add(f"stages.{cycle[0]}.inputs", "dependency cycle: " + " -> ".join(cycle))

@@ -11,56 +11,20 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Sequence
 
 from bakery.errors import UsageError
 from bakery.pipeline.config import STAGE_REF, Pipeline, StageDecl
+from bakery.pipeline.dag import stage_order
 
 
-def find_cycle(deps: Mapping[str, Sequence[str]]) -> list[str] | None:
-    """A dependency cycle as ``[a, b, ..., a]`` (in declaration order), or None."""
-    state: dict[str, int] = {}  # 1 visiting, 2 done
-    stack: list[str] = []
+@dataclass
+class TaskInput:
+    """One input of a task: an asset's files by role, or the bundle of upstream task ``upstream``."""
 
-    def visit(n: str) -> list[str] | None:
-        state[n] = 1
-        stack.append(n)
-        for d in deps.get(n, ()):
-            if state.get(d) == 1:
-                return stack[stack.index(d):] + [d]
-            if d not in state:
-                found = visit(d)
-                if found:
-                    return found
-        stack.pop()
-        state[n] = 2
-        return None
-
-    for n in deps:
-        if n not in state:
-            found = visit(n)
-            if found:
-                # report the cycle from its first declared stage, walking dependant -> dependency
-                return found
-    return None
-
-
-def stage_order(deps: Mapping[str, Sequence[str]]) -> list[str]:
-    """Topological order (dependencies first), stable in declaration order."""
-    done: list[str] = []
-    placed: set[str] = set()
-    pending = list(deps)
-    while pending:
-        progressed = False
-        for n in list(pending):
-            if all(d in placed for d in deps[n]):
-                done.append(n)
-                placed.add(n)
-                pending.remove(n)
-                progressed = True
-        if not progressed:
-            raise UsageError("dependency cycle: " + " -> ".join(find_cycle(deps) or pending))
-    return done
+    name: str
+    files: dict[str, Path] = field(default_factory=dict)
+    upstream: str | None = None
 
 
 @dataclass
@@ -69,41 +33,66 @@ class Task:
 
     stage: StageDecl
     asset: str
-    files: dict[str, Path]
-    upstream: "Task | None" = None
+    inputs: list[TaskInput]
     deps: list[str] = field(default_factory=list)
 
     @property
     def id(self) -> str:
         return f"{self.stage.name}/{self.asset}"
 
+    @property
+    def files(self) -> dict[str, Path]:
+        """The source files this task reads directly (not through an upstream bundle)."""
+        return {r: p for i in self.inputs for r, p in i.files.items()}
+
     def out_dir(self, out_root: Path) -> Path:
         return out_root / self.stage.name / self.asset
 
 
+def _input_tasks(pipe: Pipeline, st: StageDecl, inp: str, by_stage: dict[str, list[Task]]) -> dict[str, TaskInput]:
+    """asset name -> what one declared input of ``st`` gives for that asset."""
+    if inp.startswith(STAGE_REF):
+        return {t.asset: TaskInput(t.asset, upstream=t.id) for t in by_stage[inp[len(STAGE_REF):]]}
+    # A material folder may hold files this stage does not read (masks, notes): the
+    # stage sees only its roles, and only they feed the cache key.
+    accepted = set(st.stage_cls.input_roles)
+    return {a.name: TaskInput(a.name, {r: p for r, p in a.files.items() if r in accepted}) for a in pipe.assets[inp]}
+
+
+def _task(st: StageDecl, asset: str, inputs: list[TaskInput]) -> Task:
+    return Task(st, asset, inputs, deps=[i.upstream for i in inputs if i.upstream])
+
+
 def build_tasks(pipe: Pipeline) -> list[Task]:
-    """Every task of the pipeline in execution order."""
+    """Every task of the pipeline in execution order.
+
+    A stage's inputs are a union (one task per asset of each input) unless the stage
+    joins them (``Stage.joins_inputs``): then each task gets one input from each declared
+    input, matched by asset name, and every input must hold the same assets.
+    """
     order = stage_order({n: s.upstream for n, s in pipe.stages.items()})
     by_stage: dict[str, list[Task]] = {}
     tasks: list[Task] = []
     for name in order:
         st = pipe.stages[name]
+        key = f"stages.{name}.inputs"
+        per_input = [_input_tasks(pipe, st, inp, by_stage) for inp in st.inputs]
         mine: dict[str, Task] = {}
-        for inp in st.inputs:
-            if inp.startswith(STAGE_REF):
-                new = [Task(st, t.asset, t.files, upstream=t, deps=[t.id])
-                       for t in by_stage[inp[len(STAGE_REF):]]]
-            else:
-                # A material folder may hold files this stage does not read (masks, notes):
-                # the stage sees only its roles, and only they feed the cache key.
-                accepted = set(st.stage_cls.input_roles)
-                new = [Task(st, a.name, {r: p for r, p in a.files.items() if r in accepted})
-                       for a in pipe.assets[inp]]
-            for t in new:
-                if t.asset in mine:
-                    raise UsageError(f"asset {t.asset!r} reaches this stage twice; list it once",
-                                     where=pipe.where(f"stages.{name}.inputs"), key=f"stages.{name}.inputs")
-                mine[t.asset] = t
+        if getattr(st.stage_cls, "joins_inputs", False) and len(per_input) > 1:
+            names = set(per_input[0])
+            for inp, got in zip(st.inputs, per_input):
+                if set(got) != names:
+                    odd = sorted(set(got) ^ names)[0]
+                    raise UsageError(f"joined inputs must hold the same assets; {odd!r} is not in all of them "
+                                     f"(see {inp!r})", where=pipe.where(key), key=key)
+            mine = {a: _task(st, a, [got[a] for got in per_input]) for a in names}
+        else:
+            for got in per_input:
+                for asset, ti in got.items():
+                    if asset in mine:
+                        raise UsageError(f"asset {asset!r} reaches this stage twice; list it once",
+                                         where=pipe.where(key), key=key)
+                    mine[asset] = _task(st, asset, [ti])
         by_stage[name] = sorted(mine.values(), key=lambda t: t.asset)
         tasks.extend(by_stage[name])
     return tasks
@@ -147,8 +136,7 @@ def select_tasks(pipe: Pipeline, tasks: Sequence[Task], *, only: Sequence[str] =
         if pipe.path.resolve() in changed_set:
             fed = {t.id for t in tasks}  # the pipeline itself changed: everything may have
         else:
-            fed = with_downstream(tasks, [t.id for t in tasks if changed_set & set(t.files.values())
-                                          and t.upstream is None])
+            fed = with_downstream(tasks, [t.id for t in tasks if changed_set & set(t.files.values())])
         chosen = [t for t in chosen if t.id in fed]
     keep = with_upstream(tasks, [t.id for t in chosen])
     return [t for t in tasks if t.id in keep]

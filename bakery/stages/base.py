@@ -1,9 +1,9 @@
 """The stage plugin contract.
 
 A stage is a small class registered by type name (Mitsuba-style plugins). It declares
-its parameter schema, a version string (part of every cache key, bump it when outputs
-change), the Slang sources it compiles (hashed into the cache key) and a ``run`` that
-receives a :class:`StageContext`. Stage code never opens devices or writes files by
+its parameter schema, a version string (part of every cache key) and a ``run`` that
+receives a :class:`StageContext`. Its code needs no declaring: the cache key hashes every
+Python and Slang file the stage's package reaches (bakery.pipeline.fingerprint). Stage code never opens devices or writes files by
 itself: the context hands it the device, a seeded RNG, progress, a logger and the
 output writer, so the pipeline can cache, place outputs atomically and report.
 """
@@ -25,12 +25,14 @@ class StageInput:
     """What one task reads: a named asset made of files by role, or an upstream bundle.
 
     ``files`` maps a role (``image``, ``albedo``, ``normal``, ...) to a path. For an input
-    that is another stage's output, ``bundle`` is that task's output folder.
+    that is another stage's output, ``bundle`` is that task's bundle as the bundle reader
+    returns it (:class:`bakery.formats.reader.Bundle`: verified manifest, networks,
+    textures, files by name and role).
     """
 
     name: str
     files: Mapping[str, Path] = field(default_factory=dict)
-    bundle: Path | None = None
+    bundle: Any = None
 
 
 @dataclass
@@ -79,8 +81,9 @@ class Stage:
     params: ClassVar[Sequence[Param]] = ()
     #: Input roles this stage accepts; ``image`` for single-texture stages.
     input_roles: ClassVar[Sequence[str]] = ("image",)
-    #: Slang files (relative to ``slang/``) whose text goes into the cache key.
-    slang_sources: ClassVar[Sequence[str]] = ()
+    #: With several declared inputs, False runs one task per asset of each input (a
+    #: union); True joins them by asset name, one task getting one input from each.
+    joins_inputs: ClassVar[bool] = False
     #: Whether the stage needs a GPU device at all (cache key includes the device class).
     uses_device: ClassVar[bool] = True
 

@@ -24,9 +24,6 @@ class NeuralTexture(Stage):
     version = "1"
     description = "fit a UV -> colour MLP to one texture"
     input_roles = ("image",)
-    slang_sources = ("nn/mlp.slang", "nn/mlp_portable.slang", "nn/mlp_coopvec.slang",
-                     "nn/activations.slang", "nn/encodings.slang", "nn/losses.slang",
-                     "nn/random.slang", "nn/adam.slang", "stages/neural_texture/texture_fit.slang")
     params = (
         Param("steps", int, 2000, "training steps", min=1, max=1_000_000),
         Param("batch", int, 1 << 16, "texels per step, drawn at random on the GPU", min=64, max=1 << 22),

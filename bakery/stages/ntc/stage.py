@@ -32,11 +32,6 @@ class NeuralTextureCompression(Stage):
     version = "1"
     description = "compress a material's texture set into latent textures + a decoder MLP"
     input_roles = tuple(ROLES)
-    slang_sources = ("nn/mlp.slang", "nn/mlp_portable.slang", "nn/mlp_coopvec.slang",
-                     "nn/activations.slang", "nn/encodings.slang", "nn/losses.slang",
-                     "nn/random.slang", "nn/adam.slang", "nn/adam_math.slang",
-                     "nn/adam_plain.slang", "nn/fixed_point.slang", "stages/ntc/latent_grid.slang",
-                     "stages/ntc/ntc_fit.slang")
     params = (
         Param("bpp", float, 8.0, "bits per texel for the whole set, latents and decoder", min=0.5, max=20.0),
         Param("target_psnr", float, 0.0, "if > 0: the cheapest rate whose mean PSNR reaches this (overrides bpp)",

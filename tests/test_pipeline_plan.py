@@ -1,0 +1,206 @@
+"""The planner/runner split: specs are pure data with honest keys, planning opens no
+device, the local runner's events, joins of several inputs, and a spec that builds the
+same bundle in another process."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import bakery
+from bakery.pipeline.cache import Cache
+from bakery.pipeline.cli import bake_cmd
+from bakery.pipeline.config import load_pipeline
+from bakery.pipeline.fingerprint import code_closure, fingerprint_of, package_root, stage_start
+from bakery.pipeline.planner import plan
+from bakery.pipeline.runner import LocalRunner
+from bakery.pipeline.spec import TaskSpec
+from bakery.pipeline.worker import DevicePool, build
+from bakery.stages import get_stage
+
+from pipeline_helpers import BASIC_TOML, make_project, tree_snapshot, write_image
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    make_project(tmp_path, BASIC_TOML)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+# -- code fingerprints ---------------------------------------------------------------
+def test_ntc_closure_follows_includes_and_python_that_generates_slang():
+    root = package_root()
+    names = {p.relative_to(root).as_posix() for p in code_closure(stage_start(get_stage("ntc")))}
+    # adam_math.slang and fixed_point.slang are reached only through #include lines
+    for needed in ("nn/adam_math.slang", "nn/fixed_point.slang", "nn/mlp_coopvec.slang",
+                   "stages/ntc/latent_grid.slang", "nn/codegen.py", "nn/trainer.py", "formats/bundle.py"):
+        assert needed in names
+    assert not any(n.startswith("pipeline/") for n in names)  # orchestration shapes no output
+    assert "stages/neural_texture/stage.py" not in names      # another stage's code is not ours
+
+
+@pytest.mark.parametrize("touched", ["nn/adam_math.slang", "nn/fixed_point.slang", "nn/activations.slang",
+                                     "stages/ntc/latent_grid.slang", "nn/codegen.py", "stages/ntc/rate.py"])
+def test_touching_any_included_file_changes_the_key(tmp_path, touched):
+    copy = tmp_path / "bakery"
+    shutil.copytree(package_root(), copy, ignore=shutil.ignore_patterns("__pycache__"))
+    start = copy / "stages" / "ntc"
+    before = fingerprint_of(start, copy)
+    with open(copy / touched, "a") as f:
+        f.write("\n// touched\n" if touched.endswith(".slang") else "\n# touched\n")
+    assert fingerprint_of(start, copy) != before
+
+
+def test_touching_the_orchestration_keeps_the_key(tmp_path):
+    copy = tmp_path / "bakery"
+    shutil.copytree(package_root(), copy, ignore=shutil.ignore_patterns("__pycache__"))
+    before = fingerprint_of(copy / "stages" / "ntc", copy)
+    (copy / "pipeline" / "executor.py").write_text("# rewritten\n")
+    assert fingerprint_of(copy / "stages" / "ntc", copy) == before
+
+
+# -- the planner -----------------------------------------------------------------------
+def test_specs_are_plain_data_that_survive_json(project):
+    specs = plan(load_pipeline(project / "pipeline.toml"))
+    assert [s.id for s in specs][:3] == ["blur/photos/a", "blur/photos/b", "blur/photos/c"]
+    for s in specs:
+        again = TaskSpec.from_dict(json.loads(json.dumps(s.to_dict())))
+        assert again == s and len(s.key) == 64
+    summary = next(s for s in specs if s.stage == "summary")
+    blur = next(s for s in specs if s.id == summary.deps[0])
+    assert summary.inputs[0].upstream_key == blur.key
+
+
+def test_planning_a_device_stage_opens_no_device(project, monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("device opened while planning")
+
+    monkeypatch.setattr("bakery.device.open_device", boom)
+    (project / "pipeline.toml").write_text(BASIC_TOML + '\n[stages.dev]\ntype = "test_device"\ninputs = ["photos"]\n')
+    specs = plan(load_pipeline(project / "pipeline.toml"))
+    dev = [s for s in specs if s.stage == "dev"]
+    assert dev and all(s.device == "auto" and s.device_class for s in dev)
+    assert all(s.device is None for s in specs if s.stage == "blur")
+
+
+def _bake_cli(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    code = "from bakery.pipeline.cli import bake_cmd; bake_cmd()"
+    full_env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests")]), **(env or {}))
+    return subprocess.run([sys.executable, "-c", code, "pipeline.toml", *args], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_dry_run_works_without_a_vulkan_loader(project, tmp_path_factory):
+    """A dry run never opens a device: with the loader unloadable it still plans, and
+    exits 3 (something would build)."""
+    broken = tmp_path_factory.mktemp("no-vulkan")
+    (broken / "libvulkan.so.1").write_bytes(b"")  # found first, and not a library
+    (project / "pipeline.toml").write_text(BASIC_TOML + '\n[stages.dev]\ntype = "test_device"\ninputs = ["photos"]\n'
+                                           '[stages.tex]\ntype = "neural_texture"\ninputs = ["photos"]\n')
+    before = tree_snapshot(project)
+    r = _bake_cli(project, "--dry-run", env={"LD_LIBRARY_PATH": str(broken)})
+    assert r.returncode == 3, r.stderr
+    assert "tex" in r.stdout and "would-build" in r.stdout
+    assert tree_snapshot(project) == before
+
+
+def test_dry_run_exits_0_when_everything_is_cached(project):
+    assert CliRunner().invoke(bake_cmd, ["pipeline.toml"]).exit_code == 0
+    r = CliRunner().invoke(bake_cmd, ["pipeline.toml", "--dry-run"])
+    assert r.exit_code == 0 and "would-build" not in r.output
+
+
+# -- the runner ------------------------------------------------------------------------
+def test_local_runner_yields_lifecycle_events(project):
+    (project / "pipeline.toml").write_text(BASIC_TOML.replace('type = "test_blur"', 'type = "test_fail"', 1)
+                                           .replace("params = { radius = 1 }\n", ""))
+    pipe = load_pipeline(project / "pipeline.toml")
+    specs = plan(pipe)
+    runner = LocalRunner(Cache(pipe.cache), DevicePool(), logging.getLogger("test"))
+    events = [(e.kind, e.task) for e in runner.run(specs)]
+    assert ("started", "blur/photos/a") in events and ("failed", "blur/photos/a") in events
+    assert ("skipped", "summary/photos/a") in events
+    assert all(kind != "built" for kind, task in events if task.startswith("summary"))
+
+
+def test_second_run_is_all_cached_events(project):
+    pipe = load_pipeline(project / "pipeline.toml")
+    specs = plan(pipe)
+    first = [e.kind for e in LocalRunner(Cache(pipe.cache), DevicePool(), logging.getLogger("t")).run(specs)]
+    assert first.count("built") == len(specs) and first.count("started") == len(specs)
+    second = [e.kind for e in LocalRunner(Cache(pipe.cache), DevicePool(), logging.getLogger("t")).run(specs)]
+    assert second == ["cached"] * len(specs)
+
+
+def test_a_spec_builds_the_same_bundle_in_another_process(project, tmp_path_factory):
+    pipe = load_pipeline(project / "pipeline.toml")
+    spec = plan(pipe)[0]
+    here = Cache(tmp_path_factory.mktemp("cache-here"))
+    sums_here = build(spec, here, DevicePool(), log=logging.getLogger("t"))
+    there = tmp_path_factory.mktemp("cache-there")
+    code = ("import json, sys, logging\n"
+            "from bakery.pipeline.cache import Cache\n"
+            "from bakery.pipeline.spec import TaskSpec\n"
+            "from bakery.pipeline.worker import DevicePool, build\n"
+            "spec = TaskSpec.from_dict(json.loads(sys.stdin.read()))\n"
+            f"print(json.dumps(build(spec, Cache({str(there)!r}), DevicePool(), log=logging.getLogger('w'))))\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests")]))
+    r = subprocess.run([sys.executable, "-c", code], input=json.dumps(spec.to_dict()), text=True,
+                       capture_output=True, env=env, cwd=project, timeout=120)
+    assert r.returncode == 0, r.stderr
+    sums_there = json.loads(r.stdout)
+    assert sums_there == {k: list(v) for k, v in sums_here.items()}  # manifest included
+    assert spec.plugins == ("pipeline_helpers",)  # the worker imported them from the spec
+
+
+# -- several inputs ----------------------------------------------------------------------
+JOIN_TOML = BASIC_TOML + '''
+[stages.pair]
+type = "test_join"
+inputs = ["photos", "stage:blur"]
+'''
+
+
+def test_a_joining_stage_gets_one_input_from_each_declared_input(project):
+    (project / "pipeline.toml").write_text(JOIN_TOML)
+    r = CliRunner().invoke(bake_cmd, ["pipeline.toml"])
+    assert r.exit_code == 0, r.output
+    got = json.loads((project / "out/pair/photos/a/pair.json").read_text())
+    assert got == {"asset": "photos/a", "roles": ["image"], "upstream_stage": "test_blur",
+                   "upstream_files": ["blurred.png"]}
+    # editing the source rebuilds the join (directly and through blur)
+    write_image(project / "src" / "a.png", seed=9)
+    r = CliRunner().invoke(bake_cmd, ["pipeline.toml"])
+    rep = json.loads((project / "out" / "bake-report.json").read_text())
+    assert {t["stage"] + "/" + t["asset"]: t["status"] for t in rep["tasks"]}["pair/photos/a"] == "built"
+
+
+def test_joined_inputs_must_hold_the_same_assets(project):
+    write_image(project / "other" / "a.png", seed=3)
+    (project / "pipeline.toml").write_text(BASIC_TOML + """
+[assets.others]
+image = "other/*.png"
+
+[stages.pair]
+type = "test_join"
+inputs = ["others", "stage:blur"]
+""")
+    r = CliRunner().invoke(bake_cmd, ["pipeline.toml", "--dry-run"])
+    assert r.exit_code == 2
+    assert "pipeline.toml:" in r.output and "stages.pair.inputs" in r.output and "not in all of them" in r.output
+
+
+def test_bakery_version_is_in_every_key(project):
+    spec = plan(load_pipeline(project / "pipeline.toml"))[0]
+    assert spec.parts["bakery_version"] == bakery.__version__ and spec.parts["code"]
