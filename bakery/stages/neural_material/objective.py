@@ -18,6 +18,8 @@ from bakery.shading.layered import LayerConstants
 from bakery.stages.neural_material.material import PARAMS
 
 DIR_FEATURES = 9
+#: The decoder predicts log(1 + OUTPUT_GAIN * f) (BK_OUTPUT_GAIN in material_fit.slang).
+OUTPUT_GAIN = 64.0
 #: Held-out evaluation directions: a fixed seed no training run uses.
 HELD_OUT_SEED = 0x0E7A1
 
@@ -45,7 +47,7 @@ def held_out_directions(count: int = 8) -> np.ndarray:
 
 def make_stack(latents: int, hidden: int, layers: int, encoder_hidden: int) -> NetworkStack:
     """Encoder: material parameters -> latents in [0, 1] (sigmoid). Decoder ("Network",
-    the bundle's one shipped network): latents + encoded directions -> log(1 + f)."""
+    the bundle's one shipped network): latents + encoded directions -> log(1 + OUTPUT_GAIN f)."""
     encoder = NetworkSpec(IdentityEncoding(PARAMS), (encoder_hidden,) * 2, latents, "relu", "sigmoid")
     decoder = NetworkSpec(IdentityEncoding(latents + DIR_FEATURES), (hidden,) * layers, 3, "relu", "identity")
     return NetworkStack((("Encoder", encoder), ("Network", decoder)))
@@ -159,7 +161,7 @@ def training_batch(params: np.ndarray, layers: LayerConstants, seed: int, step: 
 
 
 def student_forward(stack: NetworkStack, params: np.ndarray, material: np.ndarray, wi, wo) -> np.ndarray:
-    """numpy reference of the student: log(1 + f) predicted for rows of material params."""
+    """numpy reference of the student: log(1 + OUTPUT_GAIN f) predicted for rows of material params."""
     p = stack.unstack(params)
     z = stack["Encoder"].forward(p["Encoder"], material)
     return stack["Network"].forward(p["Network"], np.concatenate([z, encode_directions(wi, wo)], -1))

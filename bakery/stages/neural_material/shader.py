@@ -16,6 +16,8 @@ def _floats(values) -> str:
 
 def generate_material_eval(spec: NetworkSpec, latents: int, scale, bias, lang: str = "slang",
                            *, dtype: str = "float16") -> str:
+    from bakery.stages.neural_material.objective import OUTPUT_GAIN
+
     mlp = generate(spec, lang, dtype=dtype, prefix="nm_mlp")
     return mlp + f"""
 // ---- neural material -------------------------------------------------------------------
@@ -24,6 +26,7 @@ def generate_material_eval(spec: NetworkSpec, latents: int, scale, bias, lang: s
 // surface's tangent frame (z = geometric normal), pointing away from the surface.
 // neural_material_eval returns BRDF x cos(theta_i), RGB, for a light of unit irradiance.
 static const uint NM_LATENTS = {latents}u;
+static const float NM_OUTPUT_GAIN = {OUTPUT_GAIN!r};  // the decoder predicts log(1 + gain f)
 static const float NM_LATENT_SCALE[{latents}] = {_floats(scale)};
 static const float NM_LATENT_BIAS[{latents}] = {_floats(bias)};
 
@@ -59,6 +62,6 @@ float3 neural_material_eval(StructuredBuffer<uint> weights, float z[NM_LATENTS],
     inputs[NM_LATENTS + 8u] = h.z;
     float y[NM_MLP_N_OUTPUTS];
     nm_mlp_decode(weights, inputs, y);
-    return max(exp(float3(y[0], y[1], y[2])) - 1.0, float3(0.0, 0.0, 0.0));
+    return max(exp(float3(y[0], y[1], y[2])) - 1.0, float3(0.0, 0.0, 0.0)) / NM_OUTPUT_GAIN;
 }}
 """
