@@ -96,7 +96,9 @@ def main() -> int:
                          "flip": met["flip"], "speedup": met["speedup"],
                          "teacher_ns": timing.get("teacher_ns_per_point"), "decoder_ns": timing.get("decoder_ns_per_point"),
                          "train_s": nm["training"]["seconds"], "wall_s": round(wall, 2)})
-    fmt = lambda v, f: "--" if v is None else format(v, f)  # noqa: E731
+    def fmt(v, f):
+        return format("--", f">{f.split('.')[0]}") if v is None else format(v, f)
+
     print(f"\n{'material':16} {'PSNR dB':>8} {'const dB':>8} {'FLIP':>7} {'teacher ns':>10} {'decoder ns':>10} "
           f"{'speedup':>8} {'train s':>8} {'wall s':>7}")
     for r in rows:

@@ -73,7 +73,9 @@ def test_layered_material_is_reciprocal():
     wo = rng.normal(size=(400, 3)) * [1, 1, 0] + [0, 0, 1.2]
     wi, wo = (v / np.linalg.norm(v, axis=-1, keepdims=True) for v in (wi, wo))
     c = LayerConstants(0.8, 0.2, 1.6, 0.7, (0.9, 0.6, 0.3), 0.4)
-    args = (x[:, 0:3], x[:, 3:6], x[:, 6], x[:, 7], c)
+    # flat normals: the base and sheen take their cosine from the mapped normal, the coat
+    # from the geometric one; on a flat texel both are wi.z
+    args = (x[:, 0:3], np.array([0.0, 0.0, 1.0]), x[:, 6], x[:, 7], c)
     f_io = layered_brdf_cos(*args, wi, wo) / wi[:, 2:]
     f_oi = layered_brdf_cos(*args, wo, wi) / wo[:, 2:]
     np.testing.assert_allclose(f_io, f_oi, rtol=1e-9, atol=1e-12)
@@ -109,7 +111,7 @@ def test_training_gradients_match_finite_differences(small_objective):
     def loss(q):
         return np.mean((student_forward(stack, q, m, wi, wo) - target) ** 2)
 
-    eps = 1e-4
+    eps = 1e-6  # small: a larger step crosses ReLU kinks of the encoder
     fd = np.array([(loss(p + eps * e) - loss(p - eps * e)) / (2 * eps) for e in np.eye(len(p))])
     encoder = stack["Encoder"].param_count
     assert np.abs(fd[:encoder]).max() > 1e-4 and np.abs(fd[encoder:]).max() > 1e-3  # both networks learn
