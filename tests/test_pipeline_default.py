@@ -44,5 +44,6 @@ def test_default_pipeline_validates():
     tasks = build_tasks(pipe)
     assert {t.id for t in tasks} == {"texture/textures/rust", "texture/textures/wood",
                                      "compress/materials/bricks", "compress/materials/cobblestones",
-                                     "compress/materials/tiles"}
+                                     "compress/materials/tiles", "neural_material/materials/bricks",
+                                     "neural_material/materials/cobblestones", "neural_material/materials/tiles"}
     assert pipe.out == REPO / "out" and pipe.cache == REPO / ".bakery-cache"
