@@ -70,6 +70,7 @@ def main() -> int:
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--lr", type=float, default=1e-2)
     p.add_argument("--points", type=int, default=1 << 22, help="shading points per timing dispatch")
+    p.add_argument("--count", type=int, default=6, help="materials to bake (3 samples, then 3 variants)")
     p.add_argument("--out", default=str(ROOT / "bench" / "out" / "neural_material.json"))
     a = p.parse_args()
     if a.small:
@@ -84,7 +85,7 @@ def main() -> int:
     stage = get_stage("neural_material")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for folder in make_materials(Path(tmp) / "materials", a.size, variants=not a.small):
+        for folder in make_materials(Path(tmp) / "materials", a.size, variants=not a.small)[:a.count]:
             files = {q.stem: q for q in sorted(folder.glob("*.png"))}
             t0 = time.perf_counter()
             m = run_task(stage, [StageInput(folder.name, files)], params, seed=0, device_provider=lambda: dev,
@@ -92,9 +93,10 @@ def main() -> int:
             wall = time.perf_counter() - t0
             nm, met = m["neural_material"], m["metrics"]
             timing = nm["timing"] or {}
-            rows.append({"material": folder.name, "psnr_db": met["psnr_db"], "constant_psnr_db": met["constant_psnr_db"],
-                         "flip": met["flip"], "speedup": met["speedup"],
-                         "teacher_ns": timing.get("teacher_ns_per_point"), "decoder_ns": timing.get("decoder_ns_per_point"),
+            rows.append({"material": folder.name, "psnr_db": met["psnr_db"],
+                         "constant_psnr_db": met["constant_psnr_db"], "flip": met["flip"], "speedup": met["speedup"],
+                         "teacher_ns": timing.get("teacher_ns_per_point"),
+                         "decoder_ns": timing.get("decoder_ns_per_point"),
                          "train_s": nm["training"]["seconds"], "wall_s": round(wall, 2)})
     def fmt(v, f):
         return format("--", f">{f.split('.')[0]}") if v is None else format(v, f)

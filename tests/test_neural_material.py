@@ -16,8 +16,9 @@ from bakery.cli import main
 from bakery.formats.images import encode_png, load_image
 from bakery.nn.trainer import TrainConfig, Trainer
 from bakery.shading.layered import LayerConstants, layered_brdf_cos
-from bakery.stages.neural_material.objective import (OUTPUT_GAIN, MaterialDistillation, encode_directions, held_out_directions,
-                                                     make_stack, student_forward, training_batch)
+from bakery.stages.neural_material.objective import (OUTPUT_GAIN, MaterialDistillation, encode_directions,
+                                                     held_out_directions, make_stack, student_forward,
+                                                     training_batch)
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZE = 32
@@ -167,7 +168,8 @@ def test_generated_eval_matches_numpy_forward(bundle, device):
     z = rng.uniform(0, 1, (256, n)).astype(np.float32)
     dirs = held_out_directions(256)
     wi, wo = dirs[:, 0].astype(np.float32), dirs[:, 1].astype(np.float32)
-    want = np.maximum(np.expm1(spec.forward(params, np.concatenate([z, encode_directions(wi, wo)], -1))), 0.0) / OUTPUT_GAIN
+    y = spec.forward(params, np.concatenate([z, encode_directions(wi, wo)], -1))
+    want = np.maximum(np.expm1(y), 0.0) / OUTPUT_GAIN
     src = (out / "material_eval.slang").read_text() + f"""
 StructuredBuffer<uint> g_w;
 StructuredBuffer<float> g_in;

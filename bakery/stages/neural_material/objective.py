@@ -139,7 +139,8 @@ def training_batch(params: np.ndarray, layers: LayerConstants, seed: int, step: 
     wi = hemisphere_cosine(draw_unit2(seed, steps, idx, 2))
     m = flat[texel]
     kind = idx % 4
-    for k, (rough, n) in ((2, (m[:, 6], m[:, 3:6])), (3, (np.full(batch, layers.coat_roughness), np.tile([0.0, 0.0, 1.0], (batch, 1))))):
+    flat_normal = np.tile([0.0, 0.0, 1.0], (batch, 1))
+    for k, (rough, n) in ((2, (m[:, 6], m[:, 3:6])), (3, (np.full(batch, layers.coat_roughness), flat_normal))):
         sel = kind == k
         r = np.maximum(rough[sel], 0.02)
         a, u = r * r, draw_unit2(seed, steps[sel], idx[sel], 3).astype(np.float64)

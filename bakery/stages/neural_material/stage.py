@@ -21,7 +21,7 @@ from bakery.nn.trainer import TrainConfig, Trainer
 from bakery.shading.layered import LayerConstants
 from bakery.stages import Param, Stage, StageResult, register
 from bakery.stages.base import StepProgress
-from bakery.stages.neural_material.evaluate import flip_mean, preview, psnr_pooled
+from bakery.stages.neural_material.evaluate import FLIP_CROP, flip_mean, preview, psnr_pooled
 from bakery.stages.neural_material.material import mip_chain, material_params
 from bakery.stages.neural_material.objective import OUTPUT_GAIN, MaterialDistillation, held_out_directions, make_stack
 from bakery.stages.neural_material.shader import generate_material_eval
@@ -162,13 +162,15 @@ class NeuralMaterial(Stage):
                              "mips": len(stored), "scale": [float(v) for v in scale],
                              "bias": [float(v) for v in bias], "decode": "bias + scale * stored",
                              "layout": "feature f in array layer f // 4, component f % 4"},
-                 "decoder_output": f"log(1 + {OUTPUT_GAIN:g} BRDF x cos); eval returns max(exp(y) - 1, 0) / {OUTPUT_GAIN:g}",
+                 "decoder_output": (f"log(1 + {OUTPUT_GAIN:g} BRDF x cos); eval returns "
+                                    f"max(exp(y) - 1, 0) / {OUTPUT_GAIN:g}"),
                  "direction_encoding": ["wi.xyz", "wo.xyz", "normalize(wi + wo).xyz"],
                  "training": {"steps": steps, "batch": batch, "lr": params["lr"], "schedule": params["schedule"],
                               "preset": "software" if software else "hardware",
                               "seconds": round(train_seconds, 3)},
                  "evaluation": {"directions": directions.round(6).tolist(), "display": "Reinhard(pi * f), sRGB",
-                                "psnr": "pooled MSE over all renders", "flip": "mean of per-render LDR FLIP"},
+                                "psnr": "pooled MSE over all renders",
+                                "flip": f"mean of per-render LDR FLIP, centre crop <= {FLIP_CROP}^2"},
                  "timing": timing}
         ctx.log.info("%s: %dx%d, %d latents, PSNR %.2f dB (constant %.2f), FLIP %.4f, speedup %s", inp.name, w, h,
                      n, quality_psnr, metrics["constant_psnr_db"], quality_flip, metrics["speedup"])
