@@ -47,5 +47,7 @@ def test_default_pipeline_validates():
                                      "compress/materials/tiles", "shader_fit/fits/brightness",
                                      "shader_fit/fits/rainbow", "mips/materials/bricks",
                                      "mips/materials/cobblestones", "mips/materials/tiles",
-                                     "procedural/textures/rust", "procedural/textures/wood"}
+                                     "procedural/textures/rust", "procedural/textures/wood",
+                                     "neural_material/materials/bricks", "neural_material/materials/cobblestones",
+                                     "neural_material/materials/tiles"}
     assert pipe.out == REPO / "out" and pipe.cache == REPO / ".bakery-cache"

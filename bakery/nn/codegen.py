@@ -6,8 +6,19 @@ from __future__ import annotations
 from bakery.nn import activations
 from bakery.nn.network import NetworkSpec
 
-def network_source(spec: NetworkSpec, linear_args: list[str]) -> str:
-    """``struct Network`` with ``static float[OUT] forward(float[IN])``, differentiable.
+
+def program_source(spec, linear_args: list[str]) -> str:
+    """The network structs of a :class:`NetworkSpec` (``struct Network``) or of a
+    :class:`~bakery.nn.stack.NetworkStack` (one struct per named network)."""
+    from bakery.nn.stack import NetworkStack
+
+    if isinstance(spec, NetworkStack):
+        return "".join(network_source(s, linear_args[a:b], name) for name, s, a, b in spec.layer_ranges())
+    return network_source(spec, linear_args)
+
+
+def network_source(spec: NetworkSpec, linear_args: list[str], name: str = "Network") -> str:
+    """``struct {name}`` with ``static float[OUT] forward(float[IN])``, differentiable.
 
     ``linear_args[k]`` are the backend's offset arguments of layer k's ``Linear``.
     """
@@ -19,7 +30,7 @@ def network_source(spec: NetworkSpec, linear_args: list[str]) -> str:
         body.append(f"        let h{k + 1} = bk_activate<{act}, {layer.n_out}>("
                     f"{linears[k]}.eval(h{k}));")
     return "\n".join([
-        "struct Network",
+        f"struct {name}",
         "{",
         f"    static const int IN = {spec.n_inputs};",
         f"    static const int OUT = {spec.n_outputs};",

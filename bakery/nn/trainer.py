@@ -16,7 +16,7 @@ from typing import Protocol
 
 import numpy as np
 
-from bakery.nn.codegen import network_source
+from bakery.nn.codegen import program_source
 from bakery.nn.network import NetworkSpec
 from bakery.nn.optimizers import Adam, learning_rate
 from bakery.nn.parameters import LOSS_SCALE_INTERVAL, LOSS_SCALE_MAX, ParameterStore
@@ -63,7 +63,9 @@ class Trainer:
     """Trains a network, plain parameter groups, or both, against one objective.
 
     ``spec=None`` trains only the objective's :class:`PlainParameters` groups (shader
-    inputs, mip texels): parameter fitting without a network runs the same loop.
+    inputs, mip texels): parameter fitting without a network runs the same loop. A
+    :class:`~bakery.nn.stack.NetworkStack` trains several networks (one Slang struct
+    each) as one parameter array.
     """
 
     def __init__(self, device, spec: NetworkSpec | None, objective: Objective, config: TrainConfig,
@@ -85,7 +87,7 @@ class Trainer:
             self.store.upload(spec.init_params(config.seed) if params is None else params)
             self.store.reset_loss_scale(self._loss_norm())
             self.source = (self.store.defines() + '#include "nn/mlp.slang"\n'
-                           + network_source(spec, self.store.linear_args) + objective.slang_source())
+                           + program_source(spec, self.store.linear_args) + objective.slang_source())
             adam_source = self.store.defines() + '#include "nn/adam.slang"\n'
             self._adam = device.kernel(adam_source, "adam_step")
             self._scale = device.kernel(adam_source, "loss_scale_update") if self.store.coopvec else None
@@ -106,12 +108,15 @@ class Trainer:
         network = self.store.network_vars() if self.store is not None else {}
         return dict(network, **self.objective.vars())
 
+    def record_kernel(self, encoder, entry: str, threads: int, uniforms: dict) -> None:
+        """Records an objective entry point over ``threads`` threads with the network and
+        the objective's buffers bound (several into one command buffer, e.g. for timing)."""
+        self.kernel(entry).dispatch([(threads + GROUP - 1) // GROUP * GROUP, 1, 1], vars=self._vars(),
+                                    command_encoder=encoder, u=uniforms)
+
     def run_kernel(self, entry: str, threads: int, uniforms: dict) -> None:
-        """Runs an objective entry point over ``threads`` threads with the network and the
-        objective's buffers bound, and waits for it (decoding, evaluation)."""
-        kernel = self.kernel(entry)
-        self.device.submit(lambda enc: kernel.dispatch(
-            [(threads + GROUP - 1) // GROUP * GROUP, 1, 1], vars=self._vars(), command_encoder=enc, u=uniforms))
+        """Runs an objective entry point and waits for it (decoding, evaluation)."""
+        self.device.submit(lambda enc: self.record_kernel(enc, entry, threads, uniforms))
         self.device.wait()
 
     def _loss_norm(self) -> float:

@@ -1,0 +1,48 @@
+"""Rendered quality of the student against the teacher: a lit plane (one pixel per
+texel, directional light of irradiance pi, orthographic view) under held-out directions,
+shown through Reinhard and sRGB; PSNR from the pooled MSE of all renders, FLIP (LDR)
+as the mean over renders, on a centre crop of at most ``FLIP_CROP`` pixels a side (FLIP
+costs seconds per megapixel on the CPU; the crop is recorded in the manifest)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bakery.stages.neural_material.material import linear_to_srgb
+
+IRRADIANCE = np.pi  # a white Lambertian plane lit head-on shows 1
+FLIP_CROP = 1024
+
+
+def display(brdf_cos: np.ndarray) -> np.ndarray:
+    """BRDF x cos -> displayed sRGB in [0, 1] (Reinhard tone map of the radiance)."""
+    radiance = IRRADIANCE * np.maximum(brdf_cos, 0.0)
+    return linear_to_srgb(radiance / (1.0 + radiance)).astype(np.float32)
+
+
+def psnr_pooled(teachers: list[np.ndarray], students: list[np.ndarray]) -> float:
+    mse = np.mean([np.mean((display(t) - display(s)) ** 2) for t, s in zip(teachers, students)])
+    return float(10.0 * np.log10(1.0 / max(mse, 1e-20)))
+
+
+def flip_mean(teachers: list[np.ndarray], students: list[np.ndarray]) -> float:
+    import flip_evaluator
+
+    values = []
+    for t, s in zip(teachers, students):
+        t, s = _centre(t), _centre(s)
+        _, mean, _ = flip_evaluator.evaluate(display(t), display(s), "LDR", inputsRGB=True, applyMagma=False)
+        values.append(float(mean))
+    return float(np.mean(values))
+
+
+def preview(teacher: np.ndarray, student: np.ndarray) -> np.ndarray:
+    """Teacher | student | 4x absolute difference, side by side."""
+    a, b = display(teacher), display(student)
+    return np.concatenate([a, b, np.clip(4.0 * np.abs(a - b), 0.0, 1.0)], axis=1)
+
+
+def _centre(image: np.ndarray) -> np.ndarray:
+    h, w = image.shape[:2]
+    y, x = max(0, (h - FLIP_CROP) // 2), max(0, (w - FLIP_CROP) // 2)
+    return image[y:y + FLIP_CROP, x:x + FLIP_CROP]

@@ -1,0 +1,168 @@
+"""Objective: the layered teacher distilled into an encoder + decoder pair (one
+:class:`NetworkStack`, trained end to end) and the bake's device work around it:
+encoding texels into latents, rendering the lit plane with teacher or student, and
+timing both per shading point. Kernels: material_fit.slang."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from bakery.nn.encodings import IdentityEncoding
+from bakery.nn.network import NetworkSpec
+from bakery.nn.parameters import make_buffer
+from bakery.nn.stack import NetworkStack
+from bakery.shading.directions import draw_directions
+from bakery.shading.layered import LayerConstants
+from bakery.stages.neural_material.material import PARAMS
+
+DIR_FEATURES = 9
+#: The decoder predicts log(1 + OUTPUT_GAIN * f) (BK_OUTPUT_GAIN in material_fit.slang).
+OUTPUT_GAIN = 64.0
+#: Held-out evaluation directions: a fixed seed no training run uses.
+HELD_OUT_SEED = 0x0E7A1
+
+
+def encode_directions(wi: np.ndarray, wo: np.ndarray) -> np.ndarray:
+    """numpy twin of ``decoder_inputs``' direction part: wi, wo, normalize(wi + wo)."""
+    wi, wo = np.asarray(wi, np.float64), np.asarray(wo, np.float64)
+    h = wi + wo
+    h = h / np.linalg.norm(h, axis=-1, keepdims=True)
+    return np.concatenate([wi, wo, h], axis=-1)
+
+
+def held_out_directions(count: int = 8) -> np.ndarray:
+    """[count, 2, 3] (wi, wo) pairs: half at random over the hemisphere (above 10 degrees
+    elevation), half near the mirror direction, where highlights are."""
+    k = count // 2
+    wi = draw_directions(HELD_OUT_SEED, count, stream=0, min_cos=0.17)
+    wo = draw_directions(HELD_OUT_SEED, count, stream=1, min_cos=0.17)
+    jitter = draw_directions(HELD_OUT_SEED, count, stream=2, min_cos=0.995)
+    mirror = np.concatenate([-wo[k:, :2], wo[k:, 2:]], axis=-1)
+    wi[k:] = mirror + jitter[k:] * np.array([1.0, 1.0, 0.0])
+    wi[k:] = wi[k:] / np.linalg.norm(wi[k:], axis=-1, keepdims=True)
+    return np.stack([wi, wo], axis=1)
+
+
+def make_stack(latents: int, hidden: int, layers: int, encoder_hidden: int) -> NetworkStack:
+    """Encoder: material parameters -> latents in [0, 1] (sigmoid). Decoder ("Network",
+    the bundle's one shipped network): latents + encoded directions -> log(1 + OUTPUT_GAIN f)."""
+    encoder = NetworkSpec(IdentityEncoding(PARAMS), (encoder_hidden,) * 2, latents, "relu", "sigmoid")
+    decoder = NetworkSpec(IdentityEncoding(latents + DIR_FEATURES), (hidden,) * layers, 3, "relu", "identity")
+    return NetworkStack((("Encoder", encoder), ("Network", decoder)))
+
+
+class MaterialDistillation:
+    """Objective for :class:`~bakery.nn.trainer.Trainer` over one material level."""
+
+    def __init__(self, device, params: np.ndarray, latents: int, layers: LayerConstants):
+        self.device, self.latents, self.layers = device, latents, layers
+        self._material = None
+        self._latents = make_buffer(device, np.zeros(latents, np.float32))
+        self._output = make_buffer(device, np.zeros(1, np.float32))
+        self.bind_material(params)
+
+    # -- Objective protocol -------------------------------------------------------------
+    def slang_source(self) -> str:
+        return f'#define BK_LATENTS {self.latents}\n#include "stages/neural_material/material_fit.slang"\n'
+
+    def vars(self) -> dict:
+        return {"g_material": self._material, "g_latents": self._latents, "g_output": self._output}
+
+    def uniforms(self, step: int, batch: int, seed: int, *, wi=(0.0, 0.0, 1.0), wo=(0.0, 0.0, 1.0)) -> dict:
+        return {"texels": self.texels, "batch": batch, "seed": seed & 0xFFFFFFFF, "step": step,
+                "grad_scale": 1.0 / batch, "layers": self.layers.uniforms(),
+                "wi": [float(v) for v in wi], "wo": [float(v) for v in wo]}
+
+    def param_groups(self) -> list:
+        return []
+
+    # -- bake work ----------------------------------------------------------------------
+    def bind_material(self, params: np.ndarray) -> None:
+        """Makes ``params`` [H, W, 8] the level the kernels read."""
+        self.shape = params.shape[:2]
+        self.texels = int(params.shape[0] * params.shape[1])
+        self._material = make_buffer(self.device, np.ascontiguousarray(params, np.float32).reshape(-1))
+
+    def _ensure_output(self, count: int) -> None:
+        if self._output.size < count * 4:
+            self._output = make_buffer(self.device, np.zeros(count, np.float32))
+
+    def _read(self, count: int) -> np.ndarray:
+        return self._output.to_numpy().view(np.float32)[:count].copy()
+
+    def encode(self, trainer) -> np.ndarray:
+        """Latents [H, W, N] of the bound level."""
+        self._ensure_output(self.texels * self.latents)
+        trainer.run_kernel("encode", self.texels, self.uniforms(0, 1, 0))
+        return self._read(self.texels * self.latents).reshape(*self.shape, self.latents)
+
+    def bind_latents(self, latents: np.ndarray) -> None:
+        """The (dequantised) latents [H, W, N] the student kernels read."""
+        self._latents = make_buffer(self.device, np.ascontiguousarray(latents, np.float32).reshape(-1))
+
+    def render(self, trainer, who: str, wi, wo) -> np.ndarray:
+        """BRDF x cos [H, W, 3] of every texel under one (wi, wo), by "teacher" or "student"."""
+        self._ensure_output(self.texels * 3)
+        trainer.run_kernel(f"render_{who}", self.texels, self.uniforms(0, 1, 0, wi=wi, wo=wo))
+        return self._read(self.texels * 3).reshape(*self.shape, 3)
+
+    def time_per_point(self, trainer, who: str, points: int, repeats: int = 5) -> float:
+        """Seconds per shading point of the teacher or the decoder ("teacher"/"decoder"),
+        from ``repeats`` back-to-back dispatches after a warm-up dispatch."""
+        self._ensure_output(points)
+        u = self.uniforms(0, points, 0)
+
+        def record(enc, n):
+            for _ in range(n):
+                trainer.record_kernel(enc, f"time_{who}", points, u)
+
+        self.device.submit(lambda enc: record(enc, 1))
+        self.device.wait()
+        start = time.perf_counter()
+        self.device.submit(lambda enc: record(enc, repeats))
+        self.device.wait()
+        return (time.perf_counter() - start) / (repeats * points)
+
+
+def training_batch(params: np.ndarray, layers: LayerConstants, seed: int, step: int, batch: int):
+    """numpy twin of ``train_step``'s draws: (texel index, wi, wo) per thread, so tests
+    can recompute a step's loss and gradients on the CPU."""
+    from bakery.shading.directions import draw_unit2, hash3, hemisphere_cosine, hemisphere_uniform
+
+    flat = params.reshape(-1, PARAMS).astype(np.float64)
+    idx = np.arange(batch, dtype=np.uint32)
+    steps = np.full(batch, step, np.uint32)
+    texel = (hash3(np.uint32(seed & 0xFFFFFFFF), steps, idx) % np.uint32(len(flat))).astype(np.int64)
+    wo = hemisphere_uniform(draw_unit2(seed, steps, idx, 1))
+    wi = hemisphere_cosine(draw_unit2(seed, steps, idx, 2))
+    m = flat[texel]
+    kind = idx % 4
+    flat_normal = np.tile([0.0, 0.0, 1.0], (batch, 1))
+    for k, (rough, n) in ((2, (m[:, 6], m[:, 3:6])), (3, (np.full(batch, layers.coat_roughness), flat_normal))):
+        sel = kind == k
+        r = np.maximum(rough[sel], 0.02)
+        a, u = r * r, draw_unit2(seed, steps[sel], idx[sel], 3).astype(np.float64)
+        nn = n[sel] / np.linalg.norm(n[sel], axis=-1, keepdims=True)
+        tan2 = a * a * u[:, 0] / np.maximum(1.0 - u[:, 0], 1e-6)
+        cos_t = 1.0 / np.sqrt(1.0 + tan2)
+        sin_t = np.sqrt(np.maximum(0.0, 1.0 - cos_t ** 2))
+        phi = 2.0 * np.pi * u[:, 1]
+        t = np.array([1.0, 0.0, 0.0]) - nn * nn[:, :1]
+        t /= np.linalg.norm(t, axis=-1, keepdims=True)
+        b = np.cross(nn, t)
+        h = (sin_t * np.cos(phi))[:, None] * t + (sin_t * np.sin(phi))[:, None] * b + cos_t[:, None] * nn
+        s = 2.0 * np.sum(wo[sel] * h, -1, keepdims=True) * h - wo[sel]
+        ok = s[:, 2] > 1e-3
+        w = wi[sel]
+        w[ok] = s[ok]
+        wi[sel] = w
+    return texel, wi, wo
+
+
+def student_forward(stack: NetworkStack, params: np.ndarray, material: np.ndarray, wi, wo) -> np.ndarray:
+    """numpy reference of the student: log(1 + OUTPUT_GAIN f) predicted for rows of material params."""
+    p = stack.unstack(params)
+    z = stack["Encoder"].forward(p["Encoder"], material)
+    return stack["Network"].forward(p["Network"], np.concatenate([z, encode_directions(wi, wo)], -1))

@@ -1,0 +1,67 @@
+"""Generated runtime decoder of a neural material (Slang; the same text is valid HLSL):
+fetch the latents from the bundle's latent texture array (any mip, filtered by the
+sampler), undo the per-channel scale/bias, and evaluate the decoder MLP on the latents
+and the encoded light/view directions. Plain scalar path; an engine with cooperative
+vectors converts the matrices at load and swaps ``nm_mlp_decode`` for its own."""
+
+from __future__ import annotations
+
+from bakery.formats.shadergen import generate
+from bakery.nn.network import NetworkSpec
+
+
+def _floats(values) -> str:
+    return "{ " + ", ".join(f"{float(v)!r}" for v in values) + " }"
+
+
+def generate_material_eval(spec: NetworkSpec, latents: int, scale, bias, lang: str = "slang",
+                           *, dtype: str = "float16") -> str:
+    from bakery.stages.neural_material.objective import OUTPUT_GAIN
+
+    mlp = generate(spec, lang, dtype=dtype, prefix="nm_mlp")
+    return mlp + f"""
+// ---- neural material -------------------------------------------------------------------
+// latents: the bundle's latents texture array (feature f in layer f / 4, component f % 4),
+// stored value v decodes as bias[f] + scale[f] * v. Directions are unit vectors in the
+// surface's tangent frame (z = geometric normal), pointing away from the surface.
+// neural_material_eval returns BRDF x cos(theta_i), RGB, for a light of unit irradiance.
+static const uint NM_LATENTS = {latents}u;
+static const float NM_OUTPUT_GAIN = {OUTPUT_GAIN!r};  // the decoder predicts log(1 + gain f)
+static const float NM_LATENT_SCALE[{latents}] = {_floats(scale)};
+static const float NM_LATENT_BIAS[{latents}] = {_floats(bias)};
+
+void neural_material_latents(Texture2DArray<float4> latents, SamplerState s, float2 uv, float lod,
+                             out float z[NM_LATENTS])
+{{
+    for (uint layer = 0u; layer < NM_LATENTS / 4u; layer++)
+    {{
+        float4 v = latents.SampleLevel(s, float3(uv, float(layer)), lod);
+        z[4u * layer + 0u] = NM_LATENT_BIAS[4u * layer + 0u] + NM_LATENT_SCALE[4u * layer + 0u] * v.x;
+        z[4u * layer + 1u] = NM_LATENT_BIAS[4u * layer + 1u] + NM_LATENT_SCALE[4u * layer + 1u] * v.y;
+        z[4u * layer + 2u] = NM_LATENT_BIAS[4u * layer + 2u] + NM_LATENT_SCALE[4u * layer + 2u] * v.z;
+        z[4u * layer + 3u] = NM_LATENT_BIAS[4u * layer + 3u] + NM_LATENT_SCALE[4u * layer + 3u] * v.w;
+    }}
+}}
+
+float3 neural_material_eval(StructuredBuffer<uint> weights, float z[NM_LATENTS], float3 wi, float3 wo)
+{{
+    if (wi.z <= 0.0 || wo.z <= 0.0)
+        return float3(0.0, 0.0, 0.0);
+    float inputs[NM_MLP_N_INPUTS];
+    for (uint i = 0u; i < NM_LATENTS; i++)
+        inputs[i] = z[i];
+    float3 h = normalize(wi + wo);
+    inputs[NM_LATENTS + 0u] = wi.x;
+    inputs[NM_LATENTS + 1u] = wi.y;
+    inputs[NM_LATENTS + 2u] = wi.z;
+    inputs[NM_LATENTS + 3u] = wo.x;
+    inputs[NM_LATENTS + 4u] = wo.y;
+    inputs[NM_LATENTS + 5u] = wo.z;
+    inputs[NM_LATENTS + 6u] = h.x;
+    inputs[NM_LATENTS + 7u] = h.y;
+    inputs[NM_LATENTS + 8u] = h.z;
+    float y[NM_MLP_N_OUTPUTS];
+    nm_mlp_decode(weights, inputs, y);
+    return max(exp(float3(y[0], y[1], y[2])) - 1.0, float3(0.0, 0.0, 0.0)) / NM_OUTPUT_GAIN;
+}}
+"""

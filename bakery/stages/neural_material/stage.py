@@ -1,0 +1,177 @@
+"""Stage ``neural_material``: distil a layered material into latent textures + a decoder.
+
+Train an encoder (texel parameters -> latents) and a decoder (latents + directions ->
+log(1 + gain BRDF x cos)) end to end against the layered teacher; bake the encoder over every
+texel of every mip level of the filtered parameters into a quantised latent texture
+array; measure the student against the teacher on a lit plane under held-out directions
+(PSNR, FLIP, after quantisation) and, on a hardware device, the time per shading point
+of each.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from bakery.errors import UsageError
+from bakery.formats import weights as weights_format
+from bakery.nn.optimizers import SCHEDULES, Adam
+from bakery.nn.trainer import TrainConfig, Trainer
+from bakery.shading.layered import LayerConstants
+from bakery.stages import Param, Stage, StageResult, register
+from bakery.stages.base import StepProgress
+from bakery.stages.neural_material.evaluate import FLIP_CROP, flip_mean, preview, psnr_pooled
+from bakery.stages.neural_material.material import mip_chain, material_params
+from bakery.stages.neural_material.objective import OUTPUT_GAIN, MaterialDistillation, held_out_directions, make_stack
+from bakery.stages.neural_material.shader import generate_material_eval
+from bakery.stages.ntc.material import ROLES
+
+#: Per-device defaults for params left at 0 ("auto"): (steps, batch).
+PRESETS = {"software": (200, 1024), "hardware": (4000, 1 << 16)}
+LATENT_FORMATS = ("unorm8", "fp16")
+
+
+def quantize(levels: list[np.ndarray], fmt: str):
+    """Stored latents per level and their per-channel (scale, bias): value = bias + scale * stored."""
+    n = levels[0].shape[-1]
+    if fmt == "fp16":
+        return [z.astype(np.float16).astype(np.float32) for z in levels], np.ones(n), np.zeros(n)
+    lo = np.min([z.reshape(-1, n).min(0) for z in levels], axis=0).astype(np.float64)
+    hi = np.max([z.reshape(-1, n).max(0) for z in levels], axis=0).astype(np.float64)
+    scale = np.where(hi > lo, hi - lo, 1.0)
+    stored = [np.round(np.clip((z - lo) / scale, 0.0, 1.0) * 255.0) / 255.0 for z in levels]
+    return [s.astype(np.float32) for s in stored], scale, lo
+
+
+def parse_color(text: str) -> tuple[float, float, float]:
+    try:
+        rgb = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        rgb = ()
+    if len(rgb) != 3 or not all(0.0 <= v <= 1.0 for v in rgb):
+        raise UsageError(f"expected three comma-separated values in [0, 1], got {text!r}", key="params.sheen_color")
+    return rgb
+
+
+@register
+class NeuralMaterial(Stage):
+    type_name = "neural_material"
+    version = "1"
+    description = "distil a layered material (GGX + clear coat + sheen) into latent textures + a decoder MLP"
+    input_roles = tuple(ROLES)
+    params = (
+        Param("latents", int, 8, "latent channels (4 per texture-array layer)", choices=(4, 8, 12, 16)),
+        Param("hidden", int, 32, "decoder hidden width", min=8, max=128),
+        Param("layers", int, 2, "decoder hidden layers", min=1, max=4),
+        Param("encoder_hidden", int, 32, "encoder hidden width (2 layers; training only)", min=8, max=128),
+        Param("steps", int, 0, "training steps; 0: per-device preset", min=0, max=1_000_000),
+        Param("batch", int, 0, "shading samples per step; 0: per-device preset", min=0, max=1 << 22),
+        Param("lr", float, 1e-2, "Adam learning rate of both networks", min=1e-6, max=1.0),
+        Param("schedule", str, "cosine", "learning-rate schedule", choices=SCHEDULES),
+        Param("latent_format", str, "unorm8", "stored latents: 8-bit with per-channel scale/bias, or fp16",
+              choices=LATENT_FORMATS),
+        Param("coat_weight", float, 1.0, "clear-coat layer weight", min=0.0, max=1.0),
+        Param("coat_roughness", float, 0.3, "clear-coat perceptual roughness", min=0.02, max=1.0),
+        Param("coat_ior", float, 1.5, "clear-coat index of refraction", min=1.0, max=3.0),
+        Param("sheen_weight", float, 0.5, "sheen layer weight", min=0.0, max=1.0),
+        Param("sheen_color", str, "0.5,0.5,0.5", "sheen colour, linear r,g,b in [0, 1]"),
+        Param("sheen_roughness", float, 0.5, "sheen roughness (clamped to >= 0.3)", min=0.0, max=1.0),
+        Param("roughness", float, 0.5, "roughness where the folder has no roughness map", min=0.0, max=1.0),
+        Param("metalness", float, 0.0, "metalness where the folder has no metalness map", min=0.0, max=1.0),
+        Param("eval_directions", int, 8, "held-out light/view pairs of the quality measurement", min=2, max=64),
+        Param("time_points", int, 1 << 22, "shading points per timing dispatch (hardware devices)",
+              min=1 << 10, max=1 << 24),
+    )
+
+    def run(self, ctx, inputs, params) -> StageResult:
+        (inp,) = inputs
+        layers = LayerConstants(params["coat_weight"], params["coat_roughness"], params["coat_ior"],
+                                params["sheen_weight"], parse_color(params["sheen_color"]), params["sheen_roughness"])
+        base = material_params(dict(inp.files), roughness=params["roughness"], metalness=params["metalness"])
+        h, w, _ = base.shape
+        software = bool(ctx.device.info.software)
+        preset = PRESETS["software" if software else "hardware"]
+        steps, batch = params["steps"] or preset[0], params["batch"] or preset[1]
+        n = params["latents"]
+        stack = make_stack(n, params["hidden"], params["layers"], params["encoder_hidden"])
+        obj = MaterialDistillation(ctx.device, base, n, layers)
+        cfg = TrainConfig(steps=steps, batch=batch, optimizer=Adam(lr=params["lr"]), schedule=params["schedule"],
+                          seed=ctx.seed)
+        trainer = Trainer(ctx.device, stack, obj, cfg)
+        started = time.perf_counter()
+        trainer.train(progress=StepProgress(ctx, steps))
+        train_seconds = time.perf_counter() - started
+
+        # Bake: the encoder over every level of the filtered parameters, then quantise.
+        chain = mip_chain(base)
+        raw = []
+        for level in chain:
+            obj.bind_material(level)
+            raw.append(obj.encode(trainer))
+        stored, scale, bias = quantize(raw, params["latent_format"])
+        decoded = [bias.astype(np.float32) + scale.astype(np.float32) * s for s in stored]
+
+        # Quality after quantisation, level 0.
+        obj.bind_material(base)
+        obj.bind_latents(decoded[0])
+        directions = held_out_directions(params["eval_directions"])
+        teachers = [obj.render(trainer, "teacher", wi, wo) for wi, wo in directions]
+        students = [obj.render(trainer, "student", wi, wo) for wi, wo in directions]
+        quality_psnr = psnr_pooled(teachers, students)
+        quality_flip = flip_mean(teachers, students)
+        # the trivial baseline: one colour for every texel and direction
+        mean = np.mean([t.reshape(-1, 3).mean(0) for t in teachers], axis=0)
+        constant = [np.broadcast_to(mean, t.shape) for t in teachers]
+
+        timing = None
+        if not software:
+            t_teacher = obj.time_per_point(trainer, "teacher", params["time_points"])
+            t_decoder = obj.time_per_point(trainer, "decoder", params["time_points"])
+            timing = {"points": params["time_points"], "teacher_ns_per_point": t_teacher * 1e9,
+                      "decoder_ns_per_point": t_decoder * 1e9, "speedup": t_teacher / t_decoder}
+
+        nets = stack.unstack(trainer.params())
+        decoder = stack["Network"]
+        out = ctx.out
+        out.write_weights("weights.bin", decoder, nets["Network"])
+        out.write_bytes("encoder.bin", weights_format.encode_weights(stack["Encoder"], nets["Encoder"], "float32"),
+                        role="weights")
+        fmt = "rgba8_unorm" if params["latent_format"] == "unorm8" else "rgba16f"
+        mips = [np.ascontiguousarray(s.reshape(s.shape[0], s.shape[1], n // 4, 4).transpose(2, 0, 1, 3))
+                for s in stored]
+        for ext in ("dds", "ktx2"):
+            out.write_texture(f"latents.{ext}", fmt, mips, array=True, role="latents",
+                              supercompression="zstd" if ext == "ktx2" else "none")
+        out.write_decoder_artifacts(decoder, params=nets["Network"], shaders=("slang", "hlsl"))
+        for lang, ext in (("slang", "slang"), ("hlsl", "hlsl")):
+            text = generate_material_eval(decoder, n, scale, bias, lang)
+            out.write_bytes(f"material_eval.{ext}", text.encode(), role="shader")
+        for k in range(min(3, len(directions))):
+            j = k * (len(directions) - 1) // 2  # random, in between, near-mirror
+            out.write_png(f"preview_{k}.png", preview(teachers[j], students[j]))
+
+        metrics = {"psnr_db": round(quality_psnr, 3), "flip": round(quality_flip, 5),
+                   "speedup": None if timing is None else round(timing["speedup"], 3),
+                   "constant_psnr_db": round(psnr_pooled(teachers, constant), 3)}
+        extra = {"material": {"roles": sorted(inp.files), "width": w, "height": h},
+                 "layers": layers.to_dict(),
+                 "networks": stack.to_dict(),
+                 "encoder": {"file": "encoder.bin", "dtype": "float32", "note": "training only"},
+                 "latents": {"channels": n, "format": params["latent_format"], "texture_format": fmt,
+                             "mips": len(stored), "scale": [float(v) for v in scale],
+                             "bias": [float(v) for v in bias], "decode": "bias + scale * stored",
+                             "layout": "feature f in array layer f // 4, component f % 4"},
+                 "decoder_output": (f"log(1 + {OUTPUT_GAIN:g} BRDF x cos); eval returns "
+                                    f"max(exp(y) - 1, 0) / {OUTPUT_GAIN:g}"),
+                 "direction_encoding": ["wi.xyz", "wo.xyz", "normalize(wi + wo).xyz"],
+                 "training": {"steps": steps, "batch": batch, "lr": params["lr"], "schedule": params["schedule"],
+                              "preset": "software" if software else "hardware",
+                              "seconds": round(train_seconds, 3)},
+                 "evaluation": {"directions": directions.round(6).tolist(), "display": "Reinhard(pi * f), sRGB",
+                                "psnr": "pooled MSE over all renders",
+                                "flip": f"mean of per-render LDR FLIP, centre crop <= {FLIP_CROP}^2"},
+                 "timing": timing}
+        ctx.log.info("%s: %dx%d, %d latents, PSNR %.2f dB (constant %.2f), FLIP %.4f, speedup %s", inp.name, w, h,
+                     n, quality_psnr, metrics["constant_psnr_db"], quality_flip, metrics["speedup"])
+        return StageResult(metrics=metrics, manifest={"neural_material": extra})

@@ -1,0 +1,234 @@
+"""Stage ``neural_material``: the layered teacher (energy, reciprocity, Slang vs numpy),
+training gradients of the encoder + decoder stack against finite differences, a small
+bake that beats a constant predictor, the generated decoder against numpy, determinism,
+and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from bakery.cli import main
+from bakery.formats.images import encode_png, load_image
+from bakery.nn.trainer import TrainConfig, Trainer
+from bakery.shading.layered import LayerConstants, layered_brdf_cos
+from bakery.stages.neural_material.objective import (OUTPUT_GAIN, MaterialDistillation, encode_directions,
+                                                     held_out_directions, make_stack, student_forward,
+                                                     training_batch)
+
+ROOT = Path(__file__).resolve().parent.parent
+SIZE = 32
+SMALL = ["--param", "steps=300", "--param", "batch=1024", "--param", "hidden=32", "--param", "encoder_hidden=16",
+         "--param", "eval_directions=4"]
+
+
+def _material(folder: Path, size: int = SIZE, skip=()) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in sorted((ROOT / "assets" / "materials" / "bricks").glob("*.png")):
+        if f.stem not in skip:
+            (folder / f.name).write_bytes(encode_png(load_image(f)[:size, :size]))
+    return folder
+
+
+def _run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def _random_params(n: int, seed: int = 0, min_rough: float = 0.3) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    normal = np.concatenate([rng.normal(0, 0.25, (n, 2)), np.ones((n, 1))], -1)
+    normal /= np.linalg.norm(normal, axis=-1, keepdims=True)
+    return np.concatenate([rng.uniform(0.05, 0.95, (n, 3)), normal, rng.uniform(min_rough, 1.0, (n, 1)),
+                           rng.uniform(0, 1, (n, 1))], -1).astype(np.float32)
+
+
+# -- teacher ------------------------------------------------------------------------------
+def _furnace(c: LayerConstants, roughness: float, metalness: float, cos_o: float, n_mu=800, n_phi=240):
+    mu = (np.arange(n_mu) + 0.5) / n_mu
+    phi = (np.arange(n_phi) + 0.5) / n_phi * 2 * np.pi
+    m, p = np.meshgrid(mu, phi, indexing="ij")
+    s = np.sqrt(1 - m ** 2)
+    wi = np.stack([s * np.cos(p), s * np.sin(p), m], -1)
+    wo = np.array([np.sqrt(1 - cos_o ** 2), 0.0, cos_o])
+    f = layered_brdf_cos(np.ones(3), np.array([0.0, 0.0, 1.0]), roughness, metalness, c, wi, wo)
+    return f.mean(axis=(0, 1)) * 2 * np.pi
+
+
+@pytest.mark.parametrize("c", [LayerConstants(1.0, 0.3, 1.5, 1.0, (1, 1, 1), 0.3),
+                               LayerConstants(1.0, 0.6, 2.0, 0.0, (1, 1, 1), 0.5),
+                               LayerConstants(0.5, 0.4, 1.5, 0.5, (1, 0.5, 0.2), 1.0)])
+def test_white_layered_material_reflects_at_most_one(c):
+    albedos = [_furnace(c, r, m, co).max() for r in (0.3, 0.7, 1.0) for m in (0.0, 1.0) for co in (0.05, 0.5, 1.0)]
+    assert max(albedos) <= 1.0 + 1e-3
+    assert min(albedos) > 0.02  # reflects something (a full white sheen hides the base)
+
+
+def test_layered_material_is_reciprocal():
+    x = _random_params(400, seed=1, min_rough=0.05)
+    rng = np.random.default_rng(2)
+    wi = rng.normal(size=(400, 3)) * [1, 1, 0] + [0, 0, 1.2]
+    wo = rng.normal(size=(400, 3)) * [1, 1, 0] + [0, 0, 1.2]
+    wi, wo = (v / np.linalg.norm(v, axis=-1, keepdims=True) for v in (wi, wo))
+    c = LayerConstants(0.8, 0.2, 1.6, 0.7, (0.9, 0.6, 0.3), 0.4)
+    # flat normals: the base and sheen take their cosine from the mapped normal, the coat
+    # from the geometric one; on a flat texel both are wi.z
+    args = (x[:, 0:3], np.array([0.0, 0.0, 1.0]), x[:, 6], x[:, 7], c)
+    f_io = layered_brdf_cos(*args, wi, wo) / wi[:, 2:]
+    f_oi = layered_brdf_cos(*args, wo, wi) / wo[:, 2:]
+    np.testing.assert_allclose(f_io, f_oi, rtol=1e-9, atol=1e-12)
+    assert np.all(f_io >= 0) and np.any(f_io > 0.1)
+
+
+@pytest.fixture(scope="module")
+def small_objective(device):
+    params = _random_params(64, seed=3).reshape(8, 8, 8)
+    c = LayerConstants(coat_roughness=0.5)
+    obj = MaterialDistillation(device, params, 4, c)
+    stack = make_stack(4, 8, 1, 8)
+    trainer = Trainer(device, stack, obj, TrainConfig(steps=1, batch=64, seed=3))
+    return params, c, obj, stack, trainer
+
+
+def test_slang_teacher_matches_numpy_twin(small_objective):
+    params, c, obj, _, trainer = small_objective
+    for wi, wo in held_out_directions(4):
+        got = obj.render(trainer, "teacher", wi, wo)
+        want = layered_brdf_cos(params[..., 0:3], params[..., 3:6], params[..., 6], params[..., 7], c, wi, wo)
+        np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-6)
+
+
+def test_training_gradients_match_finite_differences(small_objective):
+    params, c, _, stack, trainer = small_objective
+    grads = trainer.accumulate_gradients()
+    p = trainer.params().astype(np.float64)
+    texel, wi, wo = training_batch(params, c, 3, 0, 64)
+    m = params.reshape(-1, 8)[texel].astype(np.float64)
+    target = np.log1p(OUTPUT_GAIN * layered_brdf_cos(m[:, 0:3], m[:, 3:6], m[:, 6], m[:, 7], c, wi, wo))
+
+    def loss(q):
+        return np.mean((student_forward(stack, q, m, wi, wo) - target) ** 2)
+
+    eps = 1e-6  # small: a larger step crosses ReLU kinks of the encoder
+    fd = np.array([(loss(p + eps * e) - loss(p - eps * e)) / (2 * eps) for e in np.eye(len(p))])
+    encoder = stack["Encoder"].param_count
+    assert np.abs(fd[:encoder]).max() > 1e-4 and np.abs(fd[encoder:]).max() > 1e-3  # both networks learn
+    np.testing.assert_allclose(grads, fd, atol=1e-5 * np.abs(fd).max() + 1e-9, rtol=1e-3)
+
+
+def test_timing_kernels_run(small_objective):
+    _, _, obj, _, trainer = small_objective
+    assert obj.time_per_point(trainer, "teacher", 4096, repeats=1) > 0
+    assert obj.time_per_point(trainer, "decoder", 4096, repeats=1) > 0
+
+
+# -- the stage ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory, device):
+    root = tmp_path_factory.mktemp("nm")
+    mat = _material(root / "bricks")
+    out = root / "out"
+    r = _run("run", "neural_material", mat, "-o", out, "--seed", 2, *SMALL)
+    assert r.exit_code == 0, r.output
+    return mat, out, json.loads((out / "manifest.json").read_text())
+
+
+def test_student_beats_a_constant_predictor(bundle):
+    _, _, m = bundle
+    metrics = m["metrics"]
+    assert metrics["psnr_db"] > metrics["constant_psnr_db"] + 3.0
+    assert 0.0 <= metrics["flip"] < 0.5
+    assert metrics["speedup"] is None  # timing is not meaningful on the CPU device
+
+
+def test_latents_have_a_full_mip_chain_and_scale_bias(bundle):
+    _, out, m = bundle
+    lat = m["neural_material"]["latents"]
+    assert m["textures"]["latents.dds"]["mips"] == lat["mips"] == int(np.log2(SIZE)) + 1
+    assert m["textures"]["latents.dds"]["layers"] == lat["channels"] // 4
+    assert len(lat["scale"]) == len(lat["bias"]) == lat["channels"]
+    for name in ("weights.bin", "decoder.onnx", "material_eval.slang", "material_eval.hlsl", "preview_0.png"):
+        assert (out / name).exists()
+
+
+def test_generated_eval_matches_numpy_forward(bundle, device):
+    from bakery.formats.weights import decode_weights
+    from bakery.nn.network import NetworkSpec
+    from bakery.nn.parameters import make_buffer
+
+    _, out, m = bundle
+    spec = NetworkSpec.from_dict(m["network"])
+    data = (out / "weights.bin").read_bytes()
+    params = decode_weights(data).params
+    n = m["neural_material"]["latents"]["channels"]
+    rng = np.random.default_rng(4)
+    z = rng.uniform(0, 1, (256, n)).astype(np.float32)
+    dirs = held_out_directions(256)
+    wi, wo = dirs[:, 0].astype(np.float32), dirs[:, 1].astype(np.float32)
+    y = spec.forward(params, np.concatenate([z, encode_directions(wi, wo)], -1))
+    want = np.maximum(np.expm1(y), 0.0) / OUTPUT_GAIN
+    src = (out / "material_eval.slang").read_text() + f"""
+StructuredBuffer<uint> g_w;
+StructuredBuffer<float> g_in;
+RWStructuredBuffer<float> g_out;
+[shader("compute")]
+[numthreads(64, 1, 1)]
+void main(uint3 tid: SV_DispatchThreadID)
+{{
+    uint t = tid.x;
+    float z[NM_LATENTS];
+    for (uint i = 0u; i < NM_LATENTS; i++)
+        z[i] = g_in[t * {n + 6}u + i];
+    float3 wi = float3(g_in[t * {n + 6}u + {n}u], g_in[t * {n + 6}u + {n + 1}u], g_in[t * {n + 6}u + {n + 2}u]);
+    float3 wo = float3(g_in[t * {n + 6}u + {n + 3}u], g_in[t * {n + 6}u + {n + 4}u], g_in[t * {n + 6}u + {n + 5}u]);
+    float3 f = neural_material_eval(g_w, z, wi, wo);
+    g_out[t * 3u + 0u] = f.x;
+    g_out[t * 3u + 1u] = f.y;
+    g_out[t * 3u + 2u] = f.z;
+}}
+"""
+    kernel = device.kernel(src, "main")
+    words = np.frombuffer(data + b"\0" * (-len(data) % 4), np.uint32)
+    inputs = make_buffer(device, np.concatenate([z, wi, wo], -1).reshape(-1))
+    result = make_buffer(device, np.zeros(256 * 3, np.float32))
+    device.submit(lambda enc: kernel.dispatch([256, 1, 1], vars={"g_w": make_buffer(device, words), "g_in": inputs,
+                                                                 "g_out": result}, command_encoder=enc))
+    device.wait()
+    got = result.to_numpy().view(np.float32)[:256 * 3].reshape(256, 3)
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
+
+
+def test_same_seed_gives_the_same_bytes(tmp_path, device):
+    mat = _material(tmp_path / "m", size=16)
+    tiny = ["--param", "steps=20", "--param", "batch=256", "--param", "hidden=8", "--param", "encoder_hidden=8",
+            "--param", "eval_directions=2", "--seed", 5]
+    for k in (1, 2):
+        r = _run("run", "neural_material", mat, "-o", tmp_path / f"o{k}", *tiny)
+        assert r.exit_code == 0, r.output
+    for name in ("weights.bin", "encoder.bin", "latents.dds", "material_eval.slang"):
+        assert (tmp_path / "o1" / name).read_bytes() == (tmp_path / "o2" / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("case, message", [
+    ("no_albedo", "no albedo"),
+    ("sheen", "sheen_color"),
+    ("size", "differs"),
+    ("param", "nonsense"),
+])
+def test_bad_input_is_one_clear_line_and_writes_nothing(tmp_path, case, message):
+    mat = _material(tmp_path / "m", size=16, skip=("albedo",) if case == "no_albedo" else ())
+    extra = []
+    if case == "sheen":
+        extra = ["--param", "sheen_color=red"]
+    elif case == "size":
+        (mat / "roughness.png").write_bytes(encode_png(np.zeros((8, 8, 3), np.float32)))
+    elif case == "param":
+        extra = ["--param", "nonsense=1"]
+    out = tmp_path / "out"
+    r = _run("run", "neural_material", mat, "-o", out, *extra)
+    assert r.exit_code != 0
+    assert message in r.output
+    assert not out.exists()
