@@ -72,7 +72,9 @@ def write_pipeline(folder: Path, *, small: bool, device: str = "auto") -> Path:
     lines = ["[project]", 'name = "bench"', 'out = "out"', 'cache = "cache"', f'device = "{device}"', "seed = 1", "",
              "[assets.textures]", 'image = "textures/*.png"', "", "[assets.materials]", 'material = "materials/*"', ""]
     for name, stage in default["stages"].items():
-        params = TINY_PARAMS[stage["type"]] if small else stage.get("params", {})
+        if not set(stage["inputs"]) <= {"textures", "materials"}:
+            continue  # stages over other assets (fit specs) have nothing to resample
+        params = TINY_PARAMS.get(stage["type"], stage.get("params", {})) if small else stage.get("params", {})
         inline = ", ".join(f"{k} = {json.dumps(v)}" for k, v in params.items())
         lines += [f"[stages.{name}]", f'type = "{stage["type"]}"', f"inputs = {json.dumps(stage['inputs'])}",
                   f"params = {{ {inline} }}", ""]
