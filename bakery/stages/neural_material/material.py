@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from bakery.errors import UsageError
-from bakery.stages.ntc.material import load_material
+from bakery.materials import load_material
 
 PARAMS = 8  # albedo rgb, normal xyz, roughness, metalness
 

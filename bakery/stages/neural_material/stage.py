@@ -25,7 +25,7 @@ from bakery.stages.neural_material.evaluate import FLIP_CROP, flip_mean, preview
 from bakery.stages.neural_material.material import mip_chain, material_params
 from bakery.stages.neural_material.objective import OUTPUT_GAIN, MaterialDistillation, held_out_directions, make_stack
 from bakery.stages.neural_material.shader import generate_material_eval
-from bakery.stages.ntc.material import ROLES
+from bakery.materials import ROLES
 
 #: Per-device defaults for params left at 0 ("auto"): (steps, batch).
 PRESETS = {"software": (200, 1024), "hardware": (4000, 1 << 16)}
