@@ -160,7 +160,7 @@ def test_generated_eval_matches_numpy_forward(bundle, device):
     from bakery.nn.parameters import make_buffer
 
     _, out, m = bundle
-    spec = NetworkSpec.from_dict(m["network"])
+    spec = NetworkSpec.from_dict(m["networks"]["decoder"])
     data = (out / "weights.bin").read_bytes()
     params = decode_weights(data).params
     n = m["neural_material"]["latents"]["channels"]

@@ -15,7 +15,6 @@ import time
 import numpy as np
 
 from bakery.errors import UsageError
-from bakery.formats import weights as weights_format
 from bakery.nn.optimizers import SCHEDULES, Adam
 from bakery.nn.trainer import TrainConfig, Trainer
 from bakery.shading.layered import LayerConstants
@@ -135,8 +134,8 @@ class NeuralMaterial(Stage):
         decoder = stack["Network"]
         out = ctx.out
         out.write_weights("weights.bin", decoder, nets["Network"])
-        out.write_bytes("encoder.bin", weights_format.encode_weights(stack["Encoder"], nets["Encoder"], "float32"),
-                        role="weights")
+        # The encoder runs only while baking; it ships for re-baking and inspection.
+        out.write_weights("encoder.bin", stack["Encoder"], nets["Encoder"], dtype="float32", network="encoder")
         fmt = "rgba8_unorm" if params["latent_format"] == "unorm8" else "rgba16f"
         mips = [np.ascontiguousarray(s.reshape(s.shape[0], s.shape[1], n // 4, 4).transpose(2, 0, 1, 3))
                 for s in stored]
@@ -156,8 +155,6 @@ class NeuralMaterial(Stage):
                    "constant_psnr_db": round(psnr_pooled(teachers, constant), 3)}
         extra = {"material": {"roles": sorted(inp.files), "width": w, "height": h},
                  "layers": layers.to_dict(),
-                 "networks": stack.to_dict(),
-                 "encoder": {"file": "encoder.bin", "dtype": "float32", "note": "training only"},
                  "latents": {"channels": n, "format": params["latent_format"], "texture_format": fmt,
                              "mips": len(stored), "scale": [float(v) for v in scale],
                              "bias": [float(v) for v in bias], "decode": "bias + scale * stored",
