@@ -135,7 +135,7 @@ class Executor:
     def _write_html(self, report: BakeReport, specs: list[TaskSpec]) -> None:
         """out/report.html; a plot that cannot be drawn costs a warning, never the bake."""
         try:
-            write_html_report(report, task_dirs(specs), self.pipe.out / HTML_REPORT_NAME)
+            write_html_report(report, task_dirs(specs), self.pipe.out / HTML_REPORT_NAME, memo=self.cache.root / "report")
         except Exception as e:  # noqa: BLE001
             self.log.warning("report.html not written: %s: %s", type(e).__name__, e)
 

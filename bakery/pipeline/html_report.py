@@ -43,16 +43,19 @@ img.plot { height: 200px; width: auto; }
 """
 
 
-def write_html_report(report: BakeReport, out_dirs: dict[str, Path], path: Path) -> Path:
+def write_html_report(report: BakeReport, out_dirs: dict[str, Path], path: Path,
+                      memo: Path | None = None) -> Path:
     """Writes the page for ``report``; ``out_dirs`` maps ``stage/asset`` to the published
-    bundle folder (and ``stage/asset:inputs`` to the source files by role)."""
+    bundle folder (and ``stage/asset:inputs`` to the source files by role). ``memo`` is a
+    folder where each task's pictures are kept by cache key, so a cached re-bake redraws
+    nothing (matplotlib costs seconds)."""
     from bakery.formats.publish import write_atomic
 
-    write_atomic(Path(path), render(report, out_dirs).encode())
+    write_atomic(Path(path), render(report, out_dirs, memo).encode())
     return Path(path)
 
 
-def render(report: BakeReport, out_dirs: dict[str, Any]) -> str:
+def render(report: BakeReport, out_dirs: dict[str, Any], memo: Path | None = None) -> str:
     t = report.totals()
     dev = report.device or {}
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>bakery report: {_e(report.pipeline)}"
@@ -65,7 +68,7 @@ def render(report: BakeReport, out_dirs: dict[str, Any]) -> str:
              _summary_table(report.tasks)]
     for o in report.tasks:
         parts.append(_task_section(o, out_dirs.get(f"{o.stage}/{o.asset}"),
-                                   out_dirs.get(f"{o.stage}/{o.asset}:inputs") or {}))
+                                   out_dirs.get(f"{o.stage}/{o.asset}:inputs") or {}, memo))
     parts.append("</body></html>\n")
     return "\n".join(parts)
 
@@ -85,13 +88,29 @@ def _summary_table(tasks: list[TaskOutcome]) -> str:
     return "\n".join(rows)
 
 
-def _task_section(o: TaskOutcome, bundle: Path | None, inputs: dict) -> str:
+def _task_section(o: TaskOutcome, bundle: Path | None, inputs: dict, memo: Path | None = None) -> str:
     head = (f"<section class='task' id='{task_anchor(o)}'><h2>{_e(o.stage)}/{_e(o.asset)} "
             f"<small class='{_e(o.status)}'>{_e(o.status)}</small></h2>")
     if o.error:
         head += f"<p class='failed'>{_e(o.error)}</p>"
     if bundle is None or not (Path(bundle) / "manifest.json").is_file() or o.status == "skipped":
         return head + "</section>"
+    memo_file = memo / f"{o.key}.html" if memo is not None and o.key else None
+    if memo_file is not None and memo_file.is_file():
+        return head + memo_file.read_text(encoding="utf-8") + "</section>"
+    body = _bundle_body(o, Path(bundle), inputs)
+    if memo_file is not None and not body.startswith("<p>could not show"):
+        from bakery.formats.publish import write_atomic
+
+        try:
+            write_atomic(memo_file, body.encode())
+        except OSError:
+            pass  # the memo only saves time
+    return head + body + "</section>"
+
+
+def _bundle_body(o: TaskOutcome, bundle: Path, inputs: dict) -> str:
+    """A bundle's pictures and plots (what depends on its cache key only)."""
     try:
         manifest = json.loads((Path(bundle) / "manifest.json").read_text())
         images = _image_rows(Path(bundle), manifest, inputs)
@@ -104,7 +123,7 @@ def _task_section(o: TaskOutcome, bundle: Path | None, inputs: dict) -> str:
     except Exception as e:  # noqa: BLE001 - one odd bundle must not cost the whole page
         logging.getLogger("bakery.bake").warning("report.html: %s/%s: %s", o.stage, o.asset, e)
         body = [f"<p>could not show this bundle: {_e(type(e).__name__)}: {_e(e)}</p>"]
-    return head + "\n".join(b for b in body if b) + "</section>"
+    return "\n".join(b for b in body if b)
 
 
 # -- images ------------------------------------------------------------------------------

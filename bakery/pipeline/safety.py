@@ -218,7 +218,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
 # -- bakery clean ----------------------------------------------------------------------
 #: What a bake writes directly in the output folder besides bundles, and in the cache.
 OUT_FILES = ("bake-report.json", "report.html")
-CACHE_PARTS = ("entries", "records", "device")
+CACHE_PARTS = ("entries", "records", "device", "report")
 
 
 def _remove(p: Path) -> None:
