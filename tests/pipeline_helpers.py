@@ -179,6 +179,23 @@ inputs = ["stage:blur"]
 """
 
 
+#: One slow task per image (a template: ``seconds`` and ``tag``), for kill and lock tests.
+SLEEP_TOML = """\
+[project]
+out = "out"
+cache = "cache"
+plugins = ["pipeline_helpers"]
+
+[assets.photos]
+image = "src/*.png"
+
+[stages.slow]
+type = "test_sleep"
+inputs = ["photos"]
+params = {{ seconds = {seconds}, tag = "{tag}" }}
+"""
+
+
 def make_project(root: Path, toml: str = BASIC_TOML, images=("a", "b", "c")) -> Path:
     """A pipeline folder with ``src/<name>.png`` images; returns the pipeline file."""
     for i, name in enumerate(images):

@@ -10,27 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_helpers import make_project, tree_snapshot
+from pipeline_helpers import SLEEP_TOML, make_project, tree_snapshot
 
 from bakery.pipeline.lock import LockBusy, OutputLock
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 
-SLEEP_TOML = """\
-[project]
-out = "out"
-cache = "cache"
-plugins = ["pipeline_helpers"]
-
-[assets.photos]
-image = "src/*.png"
-
-[stages.slow]
-type = "test_sleep"
-inputs = ["photos"]
-params = {{ seconds = {seconds}, tag = "{tag}" }}
-"""
 
 
 def _env(started: Path | None = None) -> dict:

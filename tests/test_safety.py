@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline_helpers import BASIC_TOML, make_project, tree_snapshot, write_image
+from pipeline_helpers import BASIC_TOML, SLEEP_TOML, make_project, tree_snapshot, write_image
 
 from bakery.errors import UsageError
 from bakery.formats.errors import BundleError
@@ -368,24 +368,10 @@ def test_globs_never_match_the_pipelines_own_folders(tmp_path):
 
 
 # -- signals and verify ----------------------------------------------------------------------------
-SLEEP_TOML = """\
-[project]
-out = "out"
-cache = "cache"
-plugins = ["pipeline_helpers"]
-
-[assets.photos]
-image = "src/*.png"
-
-[stages.slow]
-type = "test_sleep"
-inputs = ["photos"]
-params = { seconds = 30.0, tag = "x" }
-"""
 
 
 def test_sigterm_is_treated_like_ctrl_c(tmp_path):
-    make_project(tmp_path, SLEEP_TOML, images=("a", "b"))
+    make_project(tmp_path, SLEEP_TOML.format(seconds=30.0, tag="x"), images=("a", "b"))
     started = tmp_path / "started"
     env = {**_env(), "BAKERY_TEST_STARTED": str(started)}
     p = subprocess.Popen([sys.executable, "-m", "bakery", "bake", "pipeline.toml"], cwd=tmp_path, env=env,
