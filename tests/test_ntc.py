@@ -343,3 +343,18 @@ def test_bc_latents_train_open_in_pillow_and_transcode_with_mips(tmp_path):
     assert formats == {"transcoded_albedo": "bc7_srgb", "transcoded_normal": "bc5_unorm",
                        "transcoded_roughness": "bc4_unorm", "transcoded_metalness": "bc4_unorm",
                        "transcoded_ao": "bc4_unorm", "transcoded_height": "bc4_unorm"}
+
+
+def test_bcn_weighting_aims_every_texture_at_the_same_margin():
+    """Unclamped, weight x channels x MSE_BCn is one number for every texture (the loss
+    sums MSE_t / MSE_BCn,t); flat maps BCn keeps losslessly keep weight 1."""
+    from bakery.stages.ntc.stage import bcn_weights
+
+    psnr = {"albedo": 32.0, "normal": 26.0, "roughness": 33.0, "ao": 27.0, "metalness": float("inf")}
+    channels = {"albedo": 3, "normal": 2, "roughness": 1, "ao": 1, "metalness": 1}
+    report = {"textures": {r: {"same_bytes_psnr": v} for r, v in psnr.items()}}
+    w = bcn_weights(report, list(psnr), channels)
+    products = [w[r] * channels[r] * 10 ** (-psnr[r] / 10) for r in ("albedo", "normal", "roughness", "ao")]
+    assert np.allclose(products, products[0], rtol=1e-6)
+    assert w["metalness"] == 1.0
+    assert w["roughness"] > w["ao"] > 0 and w["albedo"] > w["normal"]

@@ -30,7 +30,7 @@ from bakery.stages.ntc.shader import LANGUAGES, generate_ntc_decoder
 #: quality on a 2048^2 set in < 2 minutes (bench/ntc.py measures it).
 PRESETS = {"software": {"steps": 300, "batch": 1 << 12, "hidden": 32, "bc_refresh": 25},
            "gpu": {"steps": 6000, "batch": 1 << 18, "hidden": 64, "bc_refresh": 100}}
-WEIGHT_RANGE = (0.5, 4.0)
+WEIGHT_RANGE = (0.25, 8.0)
 FREEZE_FRACTION = 0.05
 NEAR_LOSSLESS_DB = 50.0
 
@@ -40,18 +40,20 @@ def _weight_params():
                  for r in ROLES)
 
 
-def bcn_weights(report: dict, roles) -> dict[str, float]:
-    """Per-texture loss weights from BCn at equal bytes: sqrt(mean MSE / its MSE), clamped,
-    so textures BCn keeps well (and a studio would notice losing) are not starved by the
-    maps with the most energy, as plain MSE would (1 / MSE itself would starve those maps
-    instead: the square root meets halfway). Maps BCn keeps near-lossless
-    (> NEAR_LOSSLESS_DB: flat maps) keep weight 1: they are easy."""
-    mse = {r: 10 ** (-report["textures"][r]["same_bytes_psnr"] / 10) for r in roles
+def bcn_weights(report: dict, roles, channels: dict[str, int]) -> dict[str, float]:
+    """Per-channel loss weights that aim every texture at the same margin over BCn at equal
+    bytes. The weighted L2 then sums MSE_t / MSE_BCn,t over textures (each texture's
+    weight times its channel count proportional to 1 / MSE_BCn,t), a soft minimum of the
+    margins: capacity moves to the maps BCn keeps well (albedo, roughness) and away from
+    those it does not (AO, normals), instead of going to the maps with the most energy as
+    plain MSE would. Normalised to the uniform total, clamped to WEIGHT_RANGE. Maps BCn
+    keeps near-lossless (> NEAR_LOSSLESS_DB: flat maps) keep weight 1: they are easy."""
+    inv = {r: 10 ** (report["textures"][r]["same_bytes_psnr"] / 10) for r in roles
            if report["textures"][r]["same_bytes_psnr"] <= NEAR_LOSSLESS_DB}
-    if not mse:
+    if not inv:
         return {r: 1.0 for r in roles}
-    mean = float(np.mean(list(mse.values())))
-    return {r: float(np.clip(np.sqrt(mean / mse[r]), *WEIGHT_RANGE)) if r in mse else 1.0 for r in roles}
+    total = sum(channels[r] for r in inv) / sum(inv.values())
+    return {r: float(np.clip(total * inv[r] / channels[r], *WEIGHT_RANGE)) if r in inv else 1.0 for r in roles}
 
 
 @register
@@ -111,7 +113,8 @@ class NeuralTextureCompression(Stage):
             from bakery.baselines.material import baseline_report
             first = choose(w, h, c, params["bpp"], **rate_kw) if params["target_psnr"] <= 0 else None
             report = baseline_report(textures, neural_bpp=first.bpp if first else params["bpp"])
-        role_w = bcn_weights(report, material.roles) if weighting == "bcn" else {r: 1.0 for r in material.roles}
+        channels = {r: n for r, (_, n) in zip(material.roles, material.slices)}
+        role_w = bcn_weights(report, material.roles, channels) if weighting == "bcn" else {r: 1.0 for r in material.roles}
         weights = np.concatenate([np.full(n, params[f"weight_{r}"] * role_w[r], np.float32)
                                   for r, (_, n) in zip(material.roles, material.slices)])
         cfg = TrainConfig(steps=steps, batch=batch, optimizer=Adam(lr=params["lr"]), schedule="cosine",
