@@ -58,23 +58,38 @@ def resample_assets(dest: Path, *, textures: int, materials: int, sizes: list[in
         for role in roles:
             out = dest / "materials" / f"m{j:03d}" / role.name
             out.parent.mkdir(parents=True, exist_ok=True)
-            _crop_resize(Image.open(role), b, size).save(out)
+            img = _crop_resize(Image.open(role), b, size)
+            if role.stem == "normal":
+                img = _unit_normals(img)  # resampling shortens normals; stages reject those
+            img.save(out)
+
+
+def _unit_normals(img: Image.Image) -> Image.Image:
+    """A tangent-space normal map (n * 0.5 + 0.5) with every texel renormalised."""
+    n = np.asarray(img.convert("RGB"), np.float32) / 127.5 - 1.0
+    n /= np.maximum(np.linalg.norm(n, axis=-1, keepdims=True), 1e-6)
+    return Image.fromarray(np.clip(np.round((n + 1.0) * 127.5), 0, 255).astype(np.uint8))
 
 
 def copy_sample_assets(dest: Path) -> None:
     shutil.copytree(REPO / "assets", dest, dirs_exist_ok=True)
 
 
-def write_pipeline(folder: Path, *, small: bool, device: str = "auto") -> Path:
-    """pipeline.toml's stages over ``folder``'s textures/ and materials/ (tiny params
-    with ``small``); its Slang compile cache is shared through XDG_CACHE_HOME."""
+def write_pipeline(folder: Path, *, small: bool, device: str = "auto", stages: set[str] | None = None,
+                   overrides: dict[str, dict] | None = None) -> Path:
+    """pipeline.toml's stages (or the named ones) over ``folder``'s textures/ and
+    materials/ (tiny params with ``small``, then ``overrides`` per stage name); its Slang
+    compile cache is shared through XDG_CACHE_HOME."""
     default = tomllib.loads((REPO / "pipeline.toml").read_text())
     lines = ["[project]", 'name = "bench"', 'out = "out"', 'cache = "cache"', f'device = "{device}"', "seed = 1", "",
              "[assets.textures]", 'image = "textures/*.png"', "", "[assets.materials]", 'material = "materials/*"', ""]
     for name, stage in default["stages"].items():
         if not set(stage["inputs"]) <= {"textures", "materials"}:
             continue  # stages over other assets (fit specs) have nothing to resample
+        if stages is not None and name not in stages:
+            continue
         params = TINY_PARAMS.get(stage["type"], stage.get("params", {})) if small else stage.get("params", {})
+        params = {**params, **(overrides or {}).get(name, {})}
         inline = ", ".join(f"{k} = {json.dumps(v)}" for k, v in params.items())
         lines += [f"[stages.{name}]", f'type = "{stage["type"]}"', f"inputs = {json.dumps(stage['inputs'])}",
                   f"params = {{ {inline} }}", ""]
@@ -167,7 +182,7 @@ def outputs(out: Path) -> dict[str, bytes]:
     """Relative path -> bytes of every bundle file (reports and logs left out)."""
     return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*"))
             if p.is_file() and not p.relative_to(out).as_posix().startswith("logs/")
-            and p.name != "bake-report.json"}
+            and p.name not in ("bake-report.json", "report.html")}
 
 
 def machine() -> dict:
