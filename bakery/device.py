@@ -168,9 +168,12 @@ def _create(kind: str, cache_dir: Path | None, portable: bool = False, gpu_uuid:
 
 
 def _cuda_driver_present() -> bool:
-    # Probing CUDA without a driver makes slangpy print to stderr; look for it first.
+    # Probing CUDA without a driver, or with every device hidden (CUDA_VISIBLE_DEVICES
+    # empty or -1), makes slangpy print to stderr; look for both first.
     import ctypes.util
 
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "unset").strip() in ("", "-1"):
+        return False
     return ctypes.util.find_library("cuda") is not None
 
 

@@ -15,7 +15,12 @@ export PYTHONUNBUFFERED=1
 
 command_of() {
   case "$1" in
-    suite)           echo "python3 -m pytest -q -n 8 -p no:cacheprovider" ;;
+    # -v -rfE: each test named as it ends, so a run cut at its limit still names its
+    # failures; junit.xml (in results.tar.gz) keeps them per test; --timeout where the
+    # image has pytest-timeout, so one hanging test fails alone.
+    suite)           echo "python3 -m pytest -n 14 -p no:cacheprovider -v -rfE --durations=25" \
+                          "--junitxml=$dest/logs/junit.xml $(python3 -c 'import pytest_timeout' 2>/dev/null \
+                          && echo --timeout=240)" ;;
     mipmap)          echo "python3 bench/mipmap.py --device vulkan --no-ablation" ;;
     fit)             echo "python3 bench/fit.py --device vulkan" ;;
     procedural)      echo "python3 bench/procedural.py --device vulkan" ;;
@@ -38,6 +43,8 @@ for item in "$@"; do
   rc=$?
   echo "=== $name: exit $rc in $(( $(date +%s) - start )) s"
   tail -n 40 "$dest/logs/$name.log"
+  # the suite's failures so far, by name, even when the run was cut before pytest's summary
+  [ "$name" = suite ] && { echo "=== suite: failed or errored"; grep -E " (FAILED|ERROR) " "$dest/logs/$name.log"; }
 done
 cp bench/out/*.json "$dest/logs/" 2>/dev/null
 tar -czf "$dest/results.tar.gz" -C "$dest" logs && rm -rf "$dest/logs"

@@ -116,7 +116,8 @@ class FailStage(Stage):
 @register
 class SleepStage(Stage):
     """Writes part of its output, announces itself through $BAKERY_TEST_STARTED, then
-    sleeps: a SIGKILL lands mid-task."""
+    sleeps: a SIGKILL lands mid-task. With $BAKERY_TEST_RELEASE it instead holds until
+    that file exists (at most a minute), so a test decides when the task ends."""
 
     type_name = "test_sleep"
     version = "1"
@@ -129,7 +130,13 @@ class SleepStage(Stage):
         flag = os.environ.get("BAKERY_TEST_STARTED")
         if flag:
             Path(flag).write_text(inputs[0].name)
-        time.sleep(params["seconds"])
+        release = os.environ.get("BAKERY_TEST_RELEASE")
+        if release:
+            deadline = time.monotonic() + 60.0
+            while not Path(release).exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
+        else:
+            time.sleep(params["seconds"])
         return StageResult(metrics={"slept": params["seconds"]})
 
 

@@ -86,13 +86,15 @@ def test_bad_input_is_one_line_exit_2_nothing_written(case, image, tmp_path):
 @pytest.mark.parametrize("command", [["devices"], ["run", "neural_texture", "IMAGE", "-o", "OUT"]])
 def test_no_vulkan_driver_says_what_to_install(command, image, tmp_path):
     """A machine without any GPU driver: one line naming what to install, exit 2.
-    (On a GPU machine CUDA would otherwise stand in for Vulkan: hide its devices too.)"""
+    On a GPU machine the environment names its drivers (VK_DRIVER_FILES and friends, as
+    .device/setup.sh sets them) and CUDA would stand in for Vulkan: hide all of them."""
     import os
     import subprocess
     import sys
 
-    env = dict(os.environ, VK_DRIVER_FILES=str(tmp_path / "none.json"), VK_ICD_FILENAMES=str(tmp_path / "none.json"),
-               CUDA_VISIBLE_DEVICES="")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VK_")}  # added drivers, layers, loader debug
+    env.update(VK_DRIVER_FILES=str(tmp_path / "none.json"), VK_ICD_FILENAMES=str(tmp_path / "none.json"),
+               VK_LOADER_LAYERS_DISABLE="~implicit~", CUDA_VISIBLE_DEVICES="")
     args = [str(image) if a == "IMAGE" else str(tmp_path / "out") if a == "OUT" else a for a in command]
     r = subprocess.run([sys.executable, "-m", "bakery", *args], env=env, capture_output=True, text=True)
     assert r.returncode == 2

@@ -101,7 +101,9 @@ def test_slang_teacher_matches_numpy_twin(small_objective):
         np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-6)
 
 
-def test_training_gradients_match_finite_differences(small_objective):
+def test_training_gradients_match_finite_differences(small_objective, device):
+    if device.coopvec:
+        pytest.skip("fp64 finite-difference check is for the portable backend; CoopVec is checked in test_coopvec")
     params, c, _, stack, trainer = small_objective
     grads = trainer.accumulate_gradients()
     p = trainer.params().astype(np.float64)
@@ -136,12 +138,16 @@ def bundle(tmp_path_factory, device):
     return mat, out, json.loads((out / "manifest.json").read_text())
 
 
-def test_student_beats_a_constant_predictor(bundle):
+def test_student_beats_a_constant_predictor(bundle, device):
     _, _, m = bundle
     metrics = m["metrics"]
     assert metrics["psnr_db"] > metrics["constant_psnr_db"] + 3.0
     assert 0.0 <= metrics["flip"] < 0.5
-    assert metrics["speedup"] is None  # timing is not meaningful on the CPU device
+    timing = m["neural_material"]["timing"]
+    if device.info.software:
+        assert metrics["speedup"] is None and timing is None  # timing is not meaningful on the CPU device
+    else:  # measured, not judged: bench/neural_material.py checks the speed-up target
+        assert metrics["speedup"] > 0 and timing["teacher_ns_per_point"] > 0 and timing["decoder_ns_per_point"] > 0
 
 
 def test_latents_have_a_full_mip_chain_and_scale_bias(bundle):
@@ -202,6 +208,8 @@ void main(uint3 tid: SV_DispatchThreadID)
 
 
 def test_same_seed_gives_the_same_bytes(tmp_path, device):
+    if device.coopvec:
+        pytest.skip("bit-exact repeatability is a portable-backend property")
     mat = _material(tmp_path / "m", size=16)
     tiny = ["--param", "steps=20", "--param", "batch=256", "--param", "hidden=8", "--param", "encoder_hidden=8",
             "--param", "eval_directions=2", "--seed", 5]

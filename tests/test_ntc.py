@@ -231,6 +231,8 @@ def test_generated_decoders_compile_with_glslang(bundle, tmp_path, lang):
 
 def test_deterministic_bytes(tmp_path, device):
     """Same inputs, seed and device: the same latents and weights, byte for byte."""
+    if device.coopvec:
+        pytest.skip("bit-exact repeatability is a portable-backend property")
     mat = _material(tmp_path / "m", 32)
     outs = []
     for k in range(2):

@@ -94,9 +94,16 @@ def test_planning_a_device_stage_opens_no_device(project, monkeypatch):
     assert all(s.device is None for s in specs if s.stage == "blur")
 
 
+def _subprocess_env(**extra: str) -> dict:
+    """This environment with the checkout and tests/ first on PYTHONPATH; what was there
+    stays (on the GPU machine .device/setup.sh puts slangpy and the carried wheels there)."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), str(REPO / "tests"),
+                                                                   os.environ.get("PYTHONPATH", "")) if p), **extra)
+
+
 def _bake_cli(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     code = "from bakery.pipeline.cli import bake_cmd; bake_cmd()"
-    full_env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests")]), **(env or {}))
+    full_env = _subprocess_env(**(env or {}))
     return subprocess.run([sys.executable, "-c", code, "pipeline.toml", *args], cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=120)
 
@@ -109,7 +116,8 @@ def test_dry_run_works_without_a_vulkan_loader(project, tmp_path_factory):
     (project / "pipeline.toml").write_text(BASIC_TOML + '\n[stages.dev]\ntype = "test_device"\ninputs = ["photos"]\n'
                                            '[stages.tex]\ntype = "neural_texture"\ninputs = ["photos"]\n')
     before = tree_snapshot(project)
-    r = _bake_cli(project, "--dry-run", env={"LD_LIBRARY_PATH": str(broken)})
+    search = os.pathsep.join(p for p in (str(broken), os.environ.get("LD_LIBRARY_PATH", "")) if p)
+    r = _bake_cli(project, "--dry-run", env={"LD_LIBRARY_PATH": search})
     assert r.returncode == 3, r.stderr
     assert "tex" in r.stdout and "would-build" in r.stdout
     assert tree_snapshot(project) == before
@@ -155,9 +163,8 @@ def test_a_spec_builds_the_same_bundle_in_another_process(project, tmp_path_fact
             "from bakery.pipeline.worker import DevicePool, build\n"
             "spec = TaskSpec.from_dict(json.loads(sys.stdin.read()))\n"
             f"print(json.dumps(build(spec, Cache({str(there)!r}), DevicePool(), log=logging.getLogger('w'))))\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests")]))
     r = subprocess.run([sys.executable, "-c", code], input=json.dumps(spec.to_dict()), text=True,
-                       capture_output=True, env=env, cwd=project, timeout=120)
+                       capture_output=True, env=_subprocess_env(), cwd=project, timeout=120)
     assert r.returncode == 0, r.stderr
     sums_there = json.loads(r.stdout)
     assert sums_there == {k: list(v) for k, v in sums_here.items()}  # manifest included

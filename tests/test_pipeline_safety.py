@@ -19,28 +19,32 @@ REPO = TESTS.parent
 
 
 
-def _env(started: Path | None = None) -> dict:
-    env = dict(os.environ)
+def _env(started: Path | None = None, release: Path | None = None) -> dict:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(REPO), env.get("PYTHONPATH", "")])
     if started:
         env["BAKERY_TEST_STARTED"] = str(started)
+    if release:
+        env["BAKERY_TEST_RELEASE"] = str(release)
     return env
 
 
-def _bake_proc(root: Path, *args: str, started: Path | None = None) -> subprocess.Popen:
+def _bake_proc(root: Path, *args: str, started: Path | None = None, release: Path | None = None,
+               stderr=subprocess.PIPE) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-c", "from bakery.pipeline.cli import bake_cmd; bake_cmd()", "pipeline.toml", *args],
-        cwd=root, env=_env(started), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cwd=root, env=_env(started, release), stdout=subprocess.PIPE, stderr=stderr, text=True)
 
 
-def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 20.0) -> None:
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60.0, text: str | None = None) -> None:
+    """Until ``path`` exists (and holds ``text``, if given); fails if ``proc`` ends first."""
     t0 = time.monotonic()
-    while not path.exists():
+    while not path.exists() or (text is not None and text not in path.read_text()):
         if proc.poll() is not None:
             raise AssertionError(f"bake ended early: {proc.communicate()}")
         if time.monotonic() - t0 > timeout:
             proc.kill()
-            raise AssertionError("bake never started its task")
+            raise AssertionError(f"bake never got there: {path.name}" + (f" holding {text!r}" if text else ""))
         time.sleep(0.02)
 
 
@@ -73,21 +77,27 @@ def test_sigkill_mid_task_keeps_previous_outputs_and_rerun_succeeds(tmp_path):
 
 
 def test_concurrent_bakes_are_serialised(tmp_path):
-    # The first bake must still hold the lock when the second process, started after it,
-    # reaches it: a Python start with slangpy takes over a second on some machines (the GPU one).
-    make_project(tmp_path, SLEEP_TOML.format(seconds=5.0, tag="x"), images=("a",))
-    started = tmp_path / "started"
-    first = _bake_proc(tmp_path, started=started)
-    _wait_for(started, first)
-    busy = _bake_proc(tmp_path, "--no-wait")
-    _, err = busy.communicate(timeout=30)
-    assert busy.returncode == 2
-    assert "another bake is running on this output folder" in err and "--no-wait" in err
-    second = _bake_proc(tmp_path)
-    out2, err2 = second.communicate(timeout=60)
-    out1, _ = first.communicate(timeout=60)
-    assert first.returncode == 0 and second.returncode == 0
-    assert "waiting for another bake on" in err2
+    # A handshake, not a sleep: the first bake's task holds until the test writes `release`,
+    # which it does only once the second bake says it is waiting for the lock.
+    make_project(tmp_path, SLEEP_TOML.format(seconds=0.0, tag="x"), images=("a",))
+    started, release, log2 = tmp_path / "started", tmp_path / "release", tmp_path / "second.err"
+    first = _bake_proc(tmp_path, started=started, release=release)
+    try:
+        _wait_for(started, first)
+        busy = _bake_proc(tmp_path, "--no-wait")
+        _, err = busy.communicate(timeout=60)
+        assert busy.returncode == 2, err
+        assert "another bake is running on this output folder" in err and "--no-wait" in err
+        with log2.open("w") as sink:
+            second = _bake_proc(tmp_path, stderr=sink)
+            _wait_for(log2, second, text="waiting for another bake on")
+            assert first.poll() is None  # still holding the lock while the second waits
+            release.touch()
+            out2, _ = second.communicate(timeout=60)
+        out1, _ = first.communicate(timeout=60)
+    finally:
+        release.touch()  # never leave the first bake holding on a failure above
+    assert first.returncode == 0 and second.returncode == 0, log2.read_text()
     assert "1 built" in out1 and "1 cached" in out2  # the second waited, then found the cache
     report = json.loads((tmp_path / "out/bake-report.json").read_text())
     assert report["totals"]["cached"] == 1
@@ -128,7 +138,7 @@ def test_ctrl_c_mid_task_exits_130_keeps_outputs_and_reports(tmp_path):
     p = _bake_proc(tmp_path, started=started)
     _wait_for(started, p)
     p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=20)
+    _, err = p.communicate(timeout=60)  # a loaded machine (14 test workers) needs time to report
     assert p.returncode == 130 and "interrupted" in err
     assert tree_snapshot(tmp_path / "out" / "slow") == before
     rep = json.loads((tmp_path / "out/bake-report.json").read_text())

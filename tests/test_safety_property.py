@@ -2,10 +2,11 @@
 
 Random sequences of bake / edit a source / edit params / clean / SIGKILL a bake at a random
 moment, over a small real pipeline (a numpy stage and a neural_texture stage training a
-few steps on 16² and 32² textures on the portable backend). After every step no file
-outside ``out/`` and the cache differs from what the test itself wrote, engine files put
-inside bundles survive everything but ``clean``, and after a final bake ``bakery verify
-out`` passes. Seeded: the same sequences and kill moments on every run.
+few steps on 16² and 32² textures on the machine's default device: lavapipe on a CPU, the
+GPU where there is one). After every step no file outside ``out/`` and the cache differs
+from what the test itself wrote, engine files put inside bundles survive everything but
+``clean``, and after a final bake ``bakery verify out`` passes. Seeded: the same sequences
+and kill moments on every run.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ TOML = """\
 [project]
 out = "out"
 cache = "cache"
-device = "software"
+device = "auto"
 plugins = ["pipeline_helpers"]
 
 [assets.photos]
