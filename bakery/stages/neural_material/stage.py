@@ -125,10 +125,12 @@ class NeuralMaterial(Stage):
 
         timing = None
         if not software:
-            t_teacher = obj.time_per_point(trainer, "teacher", params["time_points"])
-            t_decoder = obj.time_per_point(trainer, "decoder", params["time_points"])
+            t_teacher, method = obj.time_per_point(trainer, "teacher", params["time_points"])
+            t_decoder, _ = obj.time_per_point(trainer, "decoder", params["time_points"])
             timing = {"points": params["time_points"], "teacher_ns_per_point": t_teacher * 1e9,
-                      "decoder_ns_per_point": t_decoder * 1e9, "speedup": t_teacher / t_decoder}
+                      "decoder_ns_per_point": t_decoder * 1e9,
+                      "speedup": t_teacher / t_decoder if t_teacher > 0 and t_decoder > 0 else None,
+                      "method": method}
 
         nets = stack.unstack(trainer.params())
         decoder = stack["Network"]
@@ -151,7 +153,7 @@ class NeuralMaterial(Stage):
             out.write_png(f"preview_{k}.png", preview(teachers[j], students[j]))
 
         metrics = {"psnr_db": round(quality_psnr, 3), "flip": round(quality_flip, 5),
-                   "speedup": None if timing is None else round(timing["speedup"], 3),
+                   "speedup": None if timing is None or timing["speedup"] is None else round(timing["speedup"], 3),
                    "constant_psnr_db": round(psnr_pooled(teachers, constant), 3)}
         extra = {"material": {"roles": sorted(inp.files), "width": w, "height": h},
                  "layers": layers.to_dict(),
