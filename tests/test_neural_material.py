@@ -47,7 +47,7 @@ def _random_params(n: int, seed: int = 0, min_rough: float = 0.3) -> np.ndarray:
 
 
 # -- teacher ------------------------------------------------------------------------------
-def _furnace(c: LayerConstants, roughness: float, metalness: float, cos_o: float, n_mu=800, n_phi=240):
+def _furnace(c: LayerConstants, roughness: float, metalness: float, cos_o: float, n_mu=200, n_phi=64):
     mu = (np.arange(n_mu) + 0.5) / n_mu
     phi = (np.arange(n_phi) + 0.5) / n_phi * 2 * np.pi
     m, p = np.meshgrid(mu, phi, indexing="ij")
@@ -62,9 +62,21 @@ def _furnace(c: LayerConstants, roughness: float, metalness: float, cos_o: float
                                LayerConstants(1.0, 0.6, 2.0, 0.0, (1, 1, 1), 0.5),
                                LayerConstants(0.5, 0.4, 1.5, 0.5, (1, 0.5, 0.2), 1.0)])
 def test_white_layered_material_reflects_at_most_one(c):
-    albedos = [_furnace(c, r, m, co).max() for r in (0.3, 0.7, 1.0) for m in (0.0, 1.0) for co in (0.05, 0.5, 1.0)]
+    albedos = [_furnace(c, r, m, co).max() for r in (0.3, 1.0) for m in (0.0, 1.0) for co in (0.05, 0.5, 1.0)]
     assert max(albedos) <= 1.0 + 1e-3
     assert min(albedos) > 0.02  # reflects something (a full white sheen hides the base)
+
+
+def test_coat_inter_reflection_quadrature_converges():
+    # the base <-> coat inter-reflection term: a rough white base under a clear coat
+    # reflects nearly the same at 16 internal directions as at 64, and the term is not
+    # negligible (0 directions: only the single pass through the coat, numpy only)
+    def albedo(q):
+        return _furnace(LayerConstants(1.0, 0.3, 1.5, 0.0, (1, 1, 1), 0.5, q), 1.0, 0.0, 0.5)[0]
+
+    single, a16, a64 = albedo(0), albedo(16), albedo(64)
+    assert abs(a16 - a64) < 0.03
+    assert single + 0.1 < a16 <= 1.0
 
 
 def test_layered_material_is_reciprocal():

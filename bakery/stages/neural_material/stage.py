@@ -17,7 +17,7 @@ import numpy as np
 from bakery.errors import UsageError
 from bakery.nn.optimizers import SCHEDULES, Adam
 from bakery.nn.trainer import TrainConfig, Trainer
-from bakery.shading.layered import LayerConstants
+from bakery.shading.layered import QUADRATURES, LayerConstants
 from bakery.stages import Param, Stage, StageResult, register
 from bakery.stages.base import StepProgress
 from bakery.stages.neural_material.evaluate import FLIP_CROP, flip_mean, preview, psnr_pooled
@@ -56,7 +56,7 @@ def parse_color(text: str) -> tuple[float, float, float]:
 @register
 class NeuralMaterial(Stage):
     type_name = "neural_material"
-    version = "1"
+    version = "2"
     description = "distil a layered material (GGX + clear coat + sheen) into latent textures + a decoder MLP"
     input_roles = tuple(ROLES)
     params = (
@@ -73,6 +73,8 @@ class NeuralMaterial(Stage):
         Param("coat_weight", float, 1.0, "clear-coat layer weight", min=0.0, max=1.0),
         Param("coat_roughness", float, 0.3, "clear-coat perceptual roughness", min=0.02, max=1.0),
         Param("coat_ior", float, 1.5, "clear-coat index of refraction", min=1.0, max=3.0),
+        Param("coat_quadrature", int, 16, "internal directions of the base <-> coat inter-reflection (teacher cost)",
+              choices=QUADRATURES),
         Param("sheen_weight", float, 0.5, "sheen layer weight", min=0.0, max=1.0),
         Param("sheen_color", str, "0.5,0.5,0.5", "sheen colour, linear r,g,b in [0, 1]"),
         Param("sheen_roughness", float, 0.5, "sheen roughness (clamped to >= 0.3)", min=0.0, max=1.0),
@@ -86,7 +88,8 @@ class NeuralMaterial(Stage):
     def run(self, ctx, inputs, params) -> StageResult:
         (inp,) = inputs
         layers = LayerConstants(params["coat_weight"], params["coat_roughness"], params["coat_ior"],
-                                params["sheen_weight"], parse_color(params["sheen_color"]), params["sheen_roughness"])
+                                params["sheen_weight"], parse_color(params["sheen_color"]), params["sheen_roughness"],
+                                params["coat_quadrature"])
         base = material_params(dict(inp.files), roughness=params["roughness"], metalness=params["metalness"])
         h, w, _ = base.shape
         software = bool(ctx.device.info.software)
