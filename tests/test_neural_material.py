@@ -16,9 +16,9 @@ from bakery.cli import main
 from bakery.formats.images import encode_png, load_image
 from bakery.nn.trainer import TrainConfig, Trainer
 from bakery.shading.layered import LayerConstants, layered_brdf_cos
-from bakery.stages.neural_material.objective import (OUTPUT_GAIN, MaterialDistillation, encode_directions,
-                                                     held_out_directions, make_stack, student_forward,
-                                                     training_batch)
+from bakery.stages.neural_material.objective import (LOSSES, OUTPUT_GAIN, MaterialDistillation, encode_directions,
+                                                     held_out_directions, loss_target, make_stack,
+                                                     student_forward, training_batch, training_loss)
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZE = 32
@@ -95,11 +95,11 @@ def test_layered_material_is_reciprocal():
     assert np.all(f_io >= 0) and np.any(f_io > 0.1)
 
 
-@pytest.fixture(scope="module")
-def small_objective(device):
+@pytest.fixture(scope="module", params=LOSSES)
+def small_objective(device, request):
     params = _random_params(64, seed=3).reshape(8, 8, 8)
     c = LayerConstants(coat_roughness=0.5)
-    obj = MaterialDistillation(device, params, 4, c)
+    obj = MaterialDistillation(device, params, 4, c, loss=request.param)
     stack = make_stack(4, 8, 1, 8)
     trainer = Trainer(device, stack, obj, TrainConfig(steps=1, batch=64, seed=3))
     return params, c, obj, stack, trainer
@@ -114,15 +114,15 @@ def test_slang_teacher_matches_numpy_twin(small_objective):
 
 
 def test_training_gradients_match_finite_differences(small_objective):
-    params, c, _, stack, trainer = small_objective
+    params, c, obj, stack, trainer = small_objective
     grads = trainer.accumulate_gradients()
     p = trainer.params().astype(np.float64)
     texel, wi, wo = training_batch(params, c, 3, 0, 64)
     m = params.reshape(-1, 8)[texel].astype(np.float64)
-    target = np.log1p(OUTPUT_GAIN * layered_brdf_cos(m[:, 0:3], m[:, 3:6], m[:, 6], m[:, 7], c, wi, wo))
+    target = loss_target(layered_brdf_cos(m[:, 0:3], m[:, 3:6], m[:, 6], m[:, 7], c, wi, wo), obj.loss)
 
     def loss(q):
-        return np.mean((student_forward(stack, q, m, wi, wo) - target) ** 2)
+        return training_loss(student_forward(stack, q, m, wi, wo), target, obj.loss)
 
     eps = 1e-6  # small: a larger step crosses ReLU kinks of the encoder
     fd = np.array([(loss(p + eps * e) - loss(p - eps * e)) / (2 * eps) for e in np.eye(len(p))])

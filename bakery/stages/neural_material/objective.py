@@ -20,6 +20,12 @@ from bakery.stages.neural_material.material import PARAMS
 DIR_FEATURES = 9
 #: The decoder predicts log(1 + OUTPUT_GAIN * f) (BK_OUTPUT_GAIN in material_fit.slang).
 OUTPUT_GAIN = 64.0
+#: Training losses: L2 on the displayed lit plane (the quality measurement's own transform,
+#: evaluate.py::display) or on the decoder's log(1 + OUTPUT_GAIN f) output.
+LOSSES = ("display", "log")
+#: The display loss's factor (BK_DISPLAY_LOSS_SCALE in material_fit.slang).
+DISPLAY_LOSS_SCALE = 16.0
+IRRADIANCE = np.pi
 #: Held-out evaluation directions: a fixed seed no training run uses.
 HELD_OUT_SEED = 0x0E7A1
 
@@ -30,6 +36,27 @@ def encode_directions(wi: np.ndarray, wo: np.ndarray) -> np.ndarray:
     h = wi + wo
     h = h / np.linalg.norm(h, axis=-1, keepdims=True)
     return np.concatenate([wi, wo, h], axis=-1)
+
+
+def display_value(f: np.ndarray) -> np.ndarray:
+    """numpy twin of ``display_value``: one channel of BRDF x cos as the lit plane displays it,
+    linear below sRGB's knee (negative values included)."""
+    r = IRRADIANCE * f
+    x = r / (1.0 + r)
+    with np.errstate(invalid="ignore"):
+        return np.where(x <= 0.0031308, 12.92 * x, 1.055 * np.maximum(x, 0.0031308) ** (1 / 2.4) - 0.055)
+
+
+def loss_target(f: np.ndarray, loss: str) -> np.ndarray:
+    """numpy twin of ``loss_target``: what the loss compares against, from the teacher's f."""
+    return display_value(np.maximum(f, 0.0)) if loss == "display" else np.log1p(OUTPUT_GAIN * f)
+
+
+def training_loss(y: np.ndarray, target: np.ndarray, loss: str) -> float:
+    """numpy twin of ``student_loss`` averaged over a batch, from the decoder's outputs y."""
+    if loss == "display":
+        return float(DISPLAY_LOSS_SCALE * np.mean((display_value(np.expm1(y) / OUTPUT_GAIN) - target) ** 2))
+    return float(np.mean((y - target) ** 2))
 
 
 def held_out_directions(count: int = 8) -> np.ndarray:
@@ -56,8 +83,8 @@ def make_stack(latents: int, hidden: int, layers: int, encoder_hidden: int) -> N
 class MaterialDistillation:
     """Objective for :class:`~bakery.nn.trainer.Trainer` over one material level."""
 
-    def __init__(self, device, params: np.ndarray, latents: int, layers: LayerConstants):
-        self.device, self.latents, self.layers = device, latents, layers
+    def __init__(self, device, params: np.ndarray, latents: int, layers: LayerConstants, loss: str = "log"):
+        self.device, self.latents, self.layers, self.loss = device, latents, layers, loss
         self._material = None
         self._latents = make_buffer(device, np.zeros(latents, np.float32))
         self._output = make_buffer(device, np.zeros(1, np.float32))
@@ -65,7 +92,8 @@ class MaterialDistillation:
 
     # -- Objective protocol -------------------------------------------------------------
     def slang_source(self) -> str:
-        return f'#define BK_LATENTS {self.latents}\n#include "stages/neural_material/material_fit.slang"\n'
+        return (f'#define BK_LATENTS {self.latents}\n#define BK_DISPLAY_LOSS {int(self.loss == "display")}\n'
+                '#include "stages/neural_material/material_fit.slang"\n')
 
     def vars(self) -> dict:
         return {"g_material": self._material, "g_latents": self._latents, "g_output": self._output}
