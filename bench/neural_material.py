@@ -103,7 +103,8 @@ def main() -> int:
                          "decoder_ns": timing.get("decoder_ns_per_point"),
                          "train_s": nm["training"]["seconds"], "steps": nm["training"]["steps"],
                          "batch": nm["training"]["batch"], "timing_method": timing.get("method"),
-                         "wall_s": round(wall, 2)})
+                         "wall_s": round(wall, 2),
+                         "psnr_db_per_direction": nm["evaluation"]["psnr_db_per_direction"]})
     def fmt(v, f):
         return format("--", f">{f.split('.')[0]}") if v is None else format(v, f)
 
