@@ -69,6 +69,7 @@ def main() -> int:
     p.add_argument("--hidden", type=int, default=32)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--lr", type=float, default=1e-2)
+    p.add_argument("--schedule", default="cosine", choices=("constant", "cosine", "one_cycle"))
     p.add_argument("--loss", default="log", choices=("display", "log"))
     p.add_argument("--latent-format", default="unorm8", choices=("unorm8", "fp16"))
     p.add_argument("--encoder-hidden", type=int, default=32)
@@ -83,7 +84,7 @@ def main() -> int:
     info = dev.info
     print(f"device: {info.adapter} (software={info.software}, coopvec={dev.coopvec})")
     params = {"steps": a.steps, "batch": a.batch, "latents": a.latents, "hidden": a.hidden, "layers": a.layers,
-              "lr": a.lr, "time_points": a.points, "loss": a.loss, "latent_format": a.latent_format,
+              "lr": a.lr, "schedule": a.schedule, "time_points": a.points, "loss": a.loss, "latent_format": a.latent_format,
               "encoder_hidden": a.encoder_hidden}
     print(f"settings: size {a.size}^2, {json.dumps(params)}")
     stage = get_stage("neural_material")
