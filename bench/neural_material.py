@@ -63,12 +63,16 @@ def main() -> int:
     p.add_argument("--device", default="vulkan")
     p.add_argument("--small", action="store_true", help="tiny CPU run: 32^2, 3 materials, few steps")
     p.add_argument("--size", type=int, default=2048)
-    p.add_argument("--steps", type=int, default=4000)
-    p.add_argument("--batch", type=int, default=1 << 16)
+    p.add_argument("--steps", type=int, default=0, help="0: the stage's per-device preset")
+    p.add_argument("--batch", type=int, default=0, help="0: the stage's per-device preset")
     p.add_argument("--latents", type=int, default=8)
     p.add_argument("--hidden", type=int, default=32)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--lr", type=float, default=1e-2)
+    p.add_argument("--schedule", default="cosine", choices=("constant", "cosine", "one_cycle"))
+    p.add_argument("--loss", default="log", choices=("display", "log"))
+    p.add_argument("--latent-format", default="unorm8", choices=("unorm8", "fp16"))
+    p.add_argument("--encoder-hidden", type=int, default=32)
     p.add_argument("--points", type=int, default=1 << 22, help="shading points per timing dispatch")
     p.add_argument("--count", type=int, default=6, help="materials to bake (3 samples, then 3 variants)")
     p.add_argument("--out", default=str(ROOT / "bench" / "out" / "neural_material.json"))
@@ -80,7 +84,8 @@ def main() -> int:
     info = dev.info
     print(f"device: {info.adapter} (software={info.software}, coopvec={dev.coopvec})")
     params = {"steps": a.steps, "batch": a.batch, "latents": a.latents, "hidden": a.hidden, "layers": a.layers,
-              "lr": a.lr, "time_points": a.points}
+              "lr": a.lr, "schedule": a.schedule, "time_points": a.points, "loss": a.loss, "latent_format": a.latent_format,
+              "encoder_hidden": a.encoder_hidden}
     print(f"settings: size {a.size}^2, {json.dumps(params)}")
     stage = get_stage("neural_material")
     rows = []
@@ -97,11 +102,15 @@ def main() -> int:
                          "constant_psnr_db": met["constant_psnr_db"], "flip": met["flip"], "speedup": met["speedup"],
                          "teacher_ns": timing.get("teacher_ns_per_point"),
                          "decoder_ns": timing.get("decoder_ns_per_point"),
-                         "train_s": nm["training"]["seconds"], "wall_s": round(wall, 2)})
+                         "train_s": nm["training"]["seconds"], "steps": nm["training"]["steps"],
+                         "batch": nm["training"]["batch"], "timing_method": timing.get("method"),
+                         "wall_s": round(wall, 2),
+                         "psnr_db_per_direction": nm["evaluation"]["psnr_db_per_direction"]})
     def fmt(v, f):
         return format("--", f">{f.split('.')[0]}") if v is None else format(v, f)
 
-    print(f"\n{'material':16} {'PSNR dB':>8} {'const dB':>8} {'FLIP':>7} {'teacher ns':>10} {'decoder ns':>10} "
+    print(f"\ntraining: {rows[0]['steps']} steps x batch {rows[0]['batch']}; timing: {rows[0]['timing_method']}")
+    print(f"{'material':16} {'PSNR dB':>8} {'const dB':>8} {'FLIP':>7} {'teacher ns':>10} {'decoder ns':>10} "
           f"{'speedup':>8} {'train s':>8} {'wall s':>7}")
     for r in rows:
         print(f"{r['material']:16} {r['psnr_db']:8.2f} {r['constant_psnr_db']:8.2f} {r['flip']:7.4f} "

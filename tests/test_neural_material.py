@@ -16,9 +16,9 @@ from bakery.cli import main
 from bakery.formats.images import encode_png, load_image
 from bakery.nn.trainer import TrainConfig, Trainer
 from bakery.shading.layered import LayerConstants, layered_brdf_cos
-from bakery.stages.neural_material.objective import (OUTPUT_GAIN, MaterialDistillation, encode_directions,
-                                                     held_out_directions, make_stack, student_forward,
-                                                     training_batch)
+from bakery.stages.neural_material.objective import (LOSSES, OUTPUT_GAIN, MaterialDistillation, encode_directions,
+                                                     held_out_directions, loss_target, make_stack,
+                                                     student_forward, training_batch, training_loss)
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZE = 32
@@ -47,7 +47,7 @@ def _random_params(n: int, seed: int = 0, min_rough: float = 0.3) -> np.ndarray:
 
 
 # -- teacher ------------------------------------------------------------------------------
-def _furnace(c: LayerConstants, roughness: float, metalness: float, cos_o: float, n_mu=800, n_phi=240):
+def _furnace(c: LayerConstants, roughness: float, metalness: float, cos_o: float, n_mu=200, n_phi=64):
     mu = (np.arange(n_mu) + 0.5) / n_mu
     phi = (np.arange(n_phi) + 0.5) / n_phi * 2 * np.pi
     m, p = np.meshgrid(mu, phi, indexing="ij")
@@ -62,9 +62,21 @@ def _furnace(c: LayerConstants, roughness: float, metalness: float, cos_o: float
                                LayerConstants(1.0, 0.6, 2.0, 0.0, (1, 1, 1), 0.5),
                                LayerConstants(0.5, 0.4, 1.5, 0.5, (1, 0.5, 0.2), 1.0)])
 def test_white_layered_material_reflects_at_most_one(c):
-    albedos = [_furnace(c, r, m, co).max() for r in (0.3, 0.7, 1.0) for m in (0.0, 1.0) for co in (0.05, 0.5, 1.0)]
+    albedos = [_furnace(c, r, m, co).max() for r in (0.3, 1.0) for m in (0.0, 1.0) for co in (0.05, 0.5, 1.0)]
     assert max(albedos) <= 1.0 + 1e-3
     assert min(albedos) > 0.02  # reflects something (a full white sheen hides the base)
+
+
+def test_coat_inter_reflection_quadrature_converges():
+    # the base <-> coat inter-reflection term: a rough white base under a clear coat
+    # reflects nearly the same at 16 internal directions as at 64, and the term is not
+    # negligible (0 directions: only the single pass through the coat, numpy only)
+    def albedo(q):
+        return _furnace(LayerConstants(1.0, 0.3, 1.5, 0.0, (1, 1, 1), 0.5, q), 1.0, 0.0, 0.5)[0]
+
+    single, a16, a64 = albedo(0), albedo(16), albedo(64)
+    assert abs(a16 - a64) < 0.03
+    assert single + 0.1 < a16 <= 1.0
 
 
 def test_layered_material_is_reciprocal():
@@ -83,11 +95,11 @@ def test_layered_material_is_reciprocal():
     assert np.all(f_io >= 0) and np.any(f_io > 0.1)
 
 
-@pytest.fixture(scope="module")
-def small_objective(device):
+@pytest.fixture(scope="module", params=LOSSES)
+def small_objective(device, request):
     params = _random_params(64, seed=3).reshape(8, 8, 8)
     c = LayerConstants(coat_roughness=0.5)
-    obj = MaterialDistillation(device, params, 4, c)
+    obj = MaterialDistillation(device, params, 4, c, loss=request.param)
     stack = make_stack(4, 8, 1, 8)
     trainer = Trainer(device, stack, obj, TrainConfig(steps=1, batch=64, seed=3))
     return params, c, obj, stack, trainer
@@ -104,15 +116,15 @@ def test_slang_teacher_matches_numpy_twin(small_objective):
 def test_training_gradients_match_finite_differences(small_objective, device):
     if device.coopvec:
         pytest.skip("fp64 finite-difference check is for the portable backend; CoopVec is checked in test_coopvec")
-    params, c, _, stack, trainer = small_objective
+    params, c, obj, stack, trainer = small_objective
     grads = trainer.accumulate_gradients()
     p = trainer.params().astype(np.float64)
     texel, wi, wo = training_batch(params, c, 3, 0, 64)
     m = params.reshape(-1, 8)[texel].astype(np.float64)
-    target = np.log1p(OUTPUT_GAIN * layered_brdf_cos(m[:, 0:3], m[:, 3:6], m[:, 6], m[:, 7], c, wi, wo))
+    target = loss_target(layered_brdf_cos(m[:, 0:3], m[:, 3:6], m[:, 6], m[:, 7], c, wi, wo), obj.loss)
 
     def loss(q):
-        return np.mean((student_forward(stack, q, m, wi, wo) - target) ** 2)
+        return training_loss(student_forward(stack, q, m, wi, wo), target, obj.loss)
 
     eps = 1e-6  # small: a larger step crosses ReLU kinks of the encoder
     fd = np.array([(loss(p + eps * e) - loss(p - eps * e)) / (2 * eps) for e in np.eye(len(p))])
@@ -123,8 +135,9 @@ def test_training_gradients_match_finite_differences(small_objective, device):
 
 def test_timing_kernels_run(small_objective):
     _, _, obj, _, trainer = small_objective
-    assert obj.time_per_point(trainer, "teacher", 4096, repeats=1) > 0
-    assert obj.time_per_point(trainer, "decoder", 4096, repeats=1) > 0
+    for who in ("teacher", "decoder"):
+        seconds, method = obj.time_per_point(trainer, who, 4096, dispatches=(1, 3), repeats=1)
+        assert np.isfinite(seconds) and "slope" in method
 
 
 # -- the stage ----------------------------------------------------------------------------

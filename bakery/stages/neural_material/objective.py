@@ -20,6 +20,12 @@ from bakery.stages.neural_material.material import PARAMS
 DIR_FEATURES = 9
 #: The decoder predicts log(1 + OUTPUT_GAIN * f) (BK_OUTPUT_GAIN in material_fit.slang).
 OUTPUT_GAIN = 64.0
+#: Training losses: L2 on the displayed lit plane (the quality measurement's own transform,
+#: evaluate.py::display) or on the decoder's log(1 + OUTPUT_GAIN f) output.
+LOSSES = ("display", "log")
+#: The display loss's factor (BK_DISPLAY_LOSS_SCALE in material_fit.slang).
+DISPLAY_LOSS_SCALE = 16.0
+IRRADIANCE = np.pi
 #: Held-out evaluation directions: a fixed seed no training run uses.
 HELD_OUT_SEED = 0x0E7A1
 
@@ -30,6 +36,27 @@ def encode_directions(wi: np.ndarray, wo: np.ndarray) -> np.ndarray:
     h = wi + wo
     h = h / np.linalg.norm(h, axis=-1, keepdims=True)
     return np.concatenate([wi, wo, h], axis=-1)
+
+
+def display_value(f: np.ndarray) -> np.ndarray:
+    """numpy twin of ``display_value``: one channel of BRDF x cos as the lit plane displays it,
+    linear below sRGB's knee (negative values included)."""
+    r = IRRADIANCE * f
+    x = r / (1.0 + r)
+    with np.errstate(invalid="ignore"):
+        return np.where(x <= 0.0031308, 12.92 * x, 1.055 * np.maximum(x, 0.0031308) ** (1 / 2.4) - 0.055)
+
+
+def loss_target(f: np.ndarray, loss: str) -> np.ndarray:
+    """numpy twin of ``loss_target``: what the loss compares against, from the teacher's f."""
+    return display_value(np.maximum(f, 0.0)) if loss == "display" else np.log1p(OUTPUT_GAIN * f)
+
+
+def training_loss(y: np.ndarray, target: np.ndarray, loss: str) -> float:
+    """numpy twin of ``student_loss`` averaged over a batch, from the decoder's outputs y."""
+    if loss == "display":
+        return float(DISPLAY_LOSS_SCALE * np.mean((display_value(np.expm1(y) / OUTPUT_GAIN) - target) ** 2))
+    return float(np.mean((y - target) ** 2))
 
 
 def held_out_directions(count: int = 8) -> np.ndarray:
@@ -56,8 +83,8 @@ def make_stack(latents: int, hidden: int, layers: int, encoder_hidden: int) -> N
 class MaterialDistillation:
     """Objective for :class:`~bakery.nn.trainer.Trainer` over one material level."""
 
-    def __init__(self, device, params: np.ndarray, latents: int, layers: LayerConstants):
-        self.device, self.latents, self.layers = device, latents, layers
+    def __init__(self, device, params: np.ndarray, latents: int, layers: LayerConstants, loss: str = "log"):
+        self.device, self.latents, self.layers, self.loss = device, latents, layers, loss
         self._material = None
         self._latents = make_buffer(device, np.zeros(latents, np.float32))
         self._output = make_buffer(device, np.zeros(1, np.float32))
@@ -65,7 +92,8 @@ class MaterialDistillation:
 
     # -- Objective protocol -------------------------------------------------------------
     def slang_source(self) -> str:
-        return f'#define BK_LATENTS {self.latents}\n#include "stages/neural_material/material_fit.slang"\n'
+        return (f'#define BK_LATENTS {self.latents}\n#define BK_DISPLAY_LOSS {int(self.loss == "display")}\n'
+                '#include "stages/neural_material/material_fit.slang"\n')
 
     def vars(self) -> dict:
         return {"g_material": self._material, "g_latents": self._latents, "g_output": self._output}
@@ -108,22 +136,60 @@ class MaterialDistillation:
         trainer.run_kernel(f"render_{who}", self.texels, self.uniforms(0, 1, 0, wi=wi, wo=wo))
         return self._read(self.texels * 3).reshape(*self.shape, 3)
 
-    def time_per_point(self, trainer, who: str, points: int, repeats: int = 5) -> float:
-        """Seconds per shading point of the teacher or the decoder ("teacher"/"decoder"),
-        from ``repeats`` back-to-back dispatches after a warm-up dispatch."""
+    def time_per_point(self, trainer, who: str, points: int, dispatches: tuple[int, int] = (2, 10),
+                       repeats: int = 3) -> tuple[float, str]:
+        """(seconds per shading point, method) of the teacher or the decoder ("teacher" /
+        "decoder") over ``points`` points per dispatch.
+
+        Each measurement is one command buffer, recorded beforehand, of n back-to-back
+        dispatches; it is timed by GPU timestamps written at its start and end where the
+        device has them, else by the wall time of submit + wait. The figure is the slope
+        between n = ``dispatches[0]`` and ``dispatches[1]`` (median of ``repeats`` runs
+        each), so the fixed cost of a submission, its wait and the timestamps cancels and
+        only the cost that grows with the shading points remains.
+        """
+        import slangpy as spy
+
         self._ensure_output(points)
         u = self.uniforms(0, points, 0)
+        dev = self.device.spy
+        try:
+            pool = dev.create_query_pool(type=spy.QueryType.timestamp, count=2)
+        except Exception:  # noqa: BLE001 - a device without timestamp queries: wall time
+            pool = None
 
-        def record(enc, n):
+        def buffer(n: int):
+            enc = dev.create_command_encoder()
+            if pool is not None:
+                enc.write_timestamp(pool, 0)
             for _ in range(n):
                 trainer.record_kernel(enc, f"time_{who}", points, u)
+            if pool is not None:
+                enc.write_timestamp(pool, 1)
+            return enc.finish()
 
-        self.device.submit(lambda enc: record(enc, 1))
-        self.device.wait()
-        start = time.perf_counter()
-        self.device.submit(lambda enc: record(enc, repeats))
-        self.device.wait()
-        return (time.perf_counter() - start) / (repeats * points)
+        def seconds(n: int) -> float:
+            samples = []
+            for _ in range(repeats):
+                commands = buffer(n)
+                start = time.perf_counter()
+                dev.submit_command_buffer(commands)
+                dev.wait_for_idle()
+                wall = time.perf_counter() - start
+                if pool is not None:
+                    t0, t1 = pool.get_timestamp_results(0, 2)
+                    samples.append(float(t1 - t0))
+                else:
+                    samples.append(wall)
+            return float(np.median(samples))
+
+        seconds(1)  # warm-up: pipelines created, buffers resident
+        lo, hi = dispatches
+        slope = (seconds(hi) - seconds(lo)) / ((hi - lo) * points)
+        method = (f"{'GPU timestamps' if pool is not None else 'wall time of submit + wait'} around one "
+                  f"command buffer of n dispatches of {points} points; slope between n = {lo} and {hi}, "
+                  f"median of {repeats}")
+        return slope, method
 
 
 def training_batch(params: np.ndarray, layers: LayerConstants, seed: int, step: int, batch: int):
