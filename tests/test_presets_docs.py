@@ -25,7 +25,7 @@ def _stages_with_presets():
 
 @pytest.mark.parametrize("name,presets", list(_stages_with_presets()), ids=lambda v: v if isinstance(v, str) else "")
 def test_pipeline_doc_holds_every_stages_preset_table(name, presets):
-    assert presets.markdown() in DOC.read_text(), f"docs/PIPELINE.md: the {name} table is stale; paste PRESETS.markdown()"
+    assert presets.markdown() in DOC.read_text(), f"docs/PIPELINE.md: {name}'s table is stale (PRESETS.markdown())"
 
 
 def test_every_tier_of_every_device_class_is_there():

@@ -19,11 +19,11 @@ from bakery.nn.optimizers import Adam
 from bakery.nn.trainer import TrainConfig, Trainer
 from bakery.stages import Param, Stage, StageResult, register
 from bakery.stages.base import StepProgress
-from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_record
 from bakery.stages.ntc import bc4, packing
 from bakery.stages.ntc.objective import LATENT_BITS, LATENT_MODES, LatentTextureFit
 from bakery.stages.ntc.rate import choose, ladder
 from bakery.stages.ntc.shader import LANGUAGES, generate_ntc_decoder
+from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_record
 
 #: What ``auto`` means. At ``production`` the CPU (lavapipe) row keeps a 256^2 set near a
 #: minute (56 s warm, 1.7 min with a cold shader cache, on this shared 2-core machine), the
@@ -196,7 +196,8 @@ class NeuralTextureCompression(Stage):
                           "requested_bpp": params["bpp"] if params["target_psnr"] <= 0 else None,
                           "texels": w * h, "tried": tried},
                  "mip_psnr_db": mip_psnr,   # per colour mip, set PSNR (mean MSE) against the box-filtered chain
-                 "training": {"device_class": dclass, "quality": params["quality"], "steps": steps, "batch": batch, "hidden": hidden,
+                 "training": {"device_class": dclass, "quality": params["quality"], "steps": steps, "batch": batch,
+                              "hidden": hidden,
                               "bc_refresh": refresh if grid.mode == "bc" else None,
                               "noise_steps": obj.noise_steps, "latents_frozen_from_step": (
                                   None if grid.mode == "bc" else cfg.steps - int(FREEZE_FRACTION * cfg.steps)), "weighting": weighting,
