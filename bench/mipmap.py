@@ -40,7 +40,8 @@ from bakery.stages import StageInput, get_stage  # noqa: E402
 from bakery.stages.mipmap.chain import MipChain  # noqa: E402
 from bakery.stages.mipmap.material import load_mip_material  # noqa: E402
 from bakery.stages.mipmap.objective import MipFit  # noqa: E402
-from bakery.stages.mipmap.stage import Mipmap, resolved_settings  # noqa: E402
+from bakery.stages.mipmap.stage import PRESETS, SETTINGS, Mipmap  # noqa: E402
+from bakery.stages.params import device_class  # noqa: E402
 
 ROLES = ("normal", "roughness", "albedo", "metalness")
 BASELINES = ("box", "toksvig", "vmf")
@@ -102,13 +103,21 @@ def print_quality(row: dict) -> None:
           f"{row['every_level_below_box_and_toksvig']}", flush=True)
 
 
+def resolved_settings(params: dict, dev) -> dict:
+    """The training budget the stage uses with these params on this device (its ``auto``)."""
+    p = {q.name: q.default for q in Mipmap.params}
+    p.update(params)
+    resolved = PRESETS.resolve(p, device_class=device_class(dev))
+    return {k: resolved[k] for k in SETTINGS}
+
+
 def train_time(folder: Path, params: dict, dev, seed: int) -> dict:
     """Seconds to train the whole chain of one material (setup, then steps, device awaited)."""
     p = {q.name: q.default for q in Mipmap.params}
     p.update(params)
     material = load_mip_material(files_of(folder), roughness=p["roughness"], albedo=p["albedo"])
     chain = MipChain.for_size(*material.size, p["levels"])
-    settings = resolved_settings(p, dev.info.software)
+    settings = resolved_settings(p, dev)
     t0 = time.perf_counter()
     fit = MipFit(dev, material, chain, pairs=settings["pairs"], light=p["light"], lr=p["lr"],
                  roughness_lr=p["roughness_lr"], albedo_lr=p["albedo_lr"] if p["train_albedo"] else 0.0,
@@ -133,9 +142,11 @@ def main() -> None:
     ap.add_argument("--extra", type=int, default=3, help="materials made the same way with other seeds")
     ap.add_argument("--size", type=int, default=1024, help="side of the extra materials")
     ap.add_argument("--big", type=int, default=2048, help="side of the timed material (0: skip)")
-    ap.add_argument("--steps", type=int, default=0, help="0: the stage's device preset")
-    ap.add_argument("--pairs", type=int, default=0, help="0: the stage's device preset")
-    ap.add_argument("--eval-pairs", type=int, default=0, help="0: the stage's device preset")
+    ap.add_argument("--steps", type=int, help="default: the stage's auto (device class and --quality)")
+    ap.add_argument("--pairs", type=int, help="default: the stage's auto (device class and --quality)")
+    ap.add_argument("--eval-pairs", type=int, help="default: the stage's auto (device class and --quality)")
+    ap.add_argument("--quality", choices=("preview", "production", "final"), default="production",
+                    help="preset tier of the stage's auto params")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-ablation", action="store_true",
                     help="skip the informative second pass that trains normal + roughness only")
@@ -144,12 +155,13 @@ def main() -> None:
     if a.small:
         a.extra, a.size, a.big = 1, 64, 128
         a.steps, a.pairs, a.eval_pairs = a.steps or 30, a.pairs or 2, a.eval_pairs or 16
-    params = {k: v for k, v in (("steps", a.steps), ("pairs", a.pairs), ("eval_pairs", a.eval_pairs)) if v}
+    params = {"quality": a.quality, **{k: v for k, v in (("steps", a.steps), ("pairs", a.pairs),
+                                                           ("eval_pairs", a.eval_pairs)) if v is not None}}
 
     dev = open_device(a.device)
     print(f"device: {dev.info.to_dict()}")
-    used = resolved_settings({"steps": 0, "pairs": 0, "eval_pairs": 0, **params}, dev.info.software)
-    print(f"params: {params or 'stage defaults'} (used: {used}, other stage params at their defaults), "
+    used = resolved_settings(params, dev)
+    print(f"params: {params} (used: {used}, other stage params at their defaults), "
           f"seed {a.seed}, extra {a.extra} at {a.size}^2, big {a.big}^2", flush=True)
     samples = sorted(p for p in Path(a.materials).iterdir() if p.is_dir())
     if a.small:

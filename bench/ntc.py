@@ -95,7 +95,7 @@ def quality(a, dev) -> list[dict]:
 
 def _quality_rows(a, dev, stage, log, folder) -> list[dict]:
     rows = []
-    params = {"steps": a.steps, "batch": a.batch, **dict(kv.split("=", 1) for kv in a.param)}
+    params = {"quality": a.quality, "steps": a.steps, "batch": a.batch, **dict(kv.split("=", 1) for kv in a.param)}
     for bpp in a.bpp:
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
@@ -193,8 +193,10 @@ def main() -> int:
     p.add_argument("--device", default="auto")
     p.add_argument("--materials", default=str(ROOT / "assets" / "materials"))
     p.add_argument("--bpp", type=float, nargs="*", default=[2, 4, 8, 16])
-    p.add_argument("--steps", type=int, default=0, help="ntc steps (0: the device preset)")
-    p.add_argument("--batch", type=int, default=0, help="ntc batch (0: the device preset)")
+    p.add_argument("--steps", default="auto", help="ntc steps (auto: the stage's preset for the device and --quality)")
+    p.add_argument("--batch", default="auto", help="ntc batch (auto: the stage's preset for the device and --quality)")
+    p.add_argument("--quality", choices=("preview", "production", "final"), default="production",
+                   help="preset tier of the stage's auto params")
     p.add_argument("--big", type=int, default=0, help="also time an N^2 set (0: skip)")
     p.add_argument("--big-bpp", type=float, default=8.0)
     p.add_argument("--big-steps", type=int, default=20000)
@@ -218,11 +220,12 @@ def main() -> int:
         print(f"gradient reduction: {parameters.use_reduction(a.reduction)}")
     dev = open_device(a.device)
     print(f"device: {dev.info.adapter} ({dev.info.backend}, cooperative vectors {dev.coopvec})", flush=True)
-    print(f"settings: quality bpp {a.bpp} ({a.steps} steps, batch {a.batch}); speed set {a.big or 'skipped'}"
+    print(f"settings: quality bpp {a.bpp} ({a.quality} tier: {a.steps} steps, batch {a.batch}); "
+          f"speed set {a.big or 'skipped'}"
           + (f"^2 at {a.big_bpp} bpp, {a.big_steps} steps, batch {a.big_batch}, cosine lr 5e-3, PSNR every "
              f"{a.check} steps" if a.big else ""), flush=True)
-    result = {"benchmark": "ntc", "device": dev.info.to_dict(), "steps": a.steps, "batch": a.batch,
-              "reduction": parameters.COOPVEC_REDUCTION.__dict__ if dev.coopvec else None}
+    result = {"benchmark": "ntc", "device": dev.info.to_dict(), "tier": a.quality, "steps": a.steps,
+              "batch": a.batch, "reduction": parameters.COOPVEC_REDUCTION.__dict__ if dev.coopvec else None}
     print(f"materials: {a.materials} cropped to {a.size or 'stored size'}, extra seeds {a.extra_seeds}; "
           f"stage params {a.param}", flush=True)
     result["settings"] = {"bpp": a.bpp, "extra_seeds": a.extra_seeds, "size": a.size, "params": a.param}

@@ -7,7 +7,7 @@ estimate, program bytes against PNG and BC7 bytes, wall time. For the stochastic
 baseline in the same run: a `neural_texture` whose fp16 weights take at most as many
 bytes as the program's compact JSON, scored with the same texture loss.
 
-    python3 bench/procedural.py [--device vulkan] [--size 256]           # the lead's GPU run
+    python3 bench/procedural.py [--device vulkan] [--size 256] [--quality final]   # the lead's GPU run
     python3 bench/procedural.py --device software --small                # CPU smoke run
 Prints a table and writes JSON (bench/out/procedural.json).
 """
@@ -88,17 +88,20 @@ def main() -> None:
     ap.add_argument("--device", default="vulkan", choices=("auto", "vulkan", "cuda", "software"))
     ap.add_argument("--small", action="store_true", help="CPU smoke run: 64^2 targets, a short search")
     ap.add_argument("--size", type=int, default=256, help="target size (generated and resampled assets)")
+    ap.add_argument("--quality", choices=("preview", "production", "final"), default="production",
+                    help="preset tier of the stage's auto params (the search budget)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--nt-steps", type=int, default=3000, help="neural_texture baseline steps")
     ap.add_argument("--only", default="", help="comma-separated target names")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "procedural.json")
     a = ap.parse_args()
     size = 64 if a.small else a.size
-    params = (["generations=1", "population=6", "restarts=2", "steps=80", "refine_steps=100"] if a.small else [])
+    params = [f"quality={a.quality}"] + (["generations=1", "population=6", "restarts=2", "steps=80",
+                                          "refine_steps=100"] if a.small else [])
     nt_steps = 300 if a.small else a.nt_steps
     dev = open_device(a.device)
     print(f"device: {dev.info.adapter} ({dev.info.backend}, coopvec={dev.info.cooperative_vector}); "
-          f"size {size}; stage params {params or 'device defaults'}; neural_texture steps {nt_steps}")
+          f"size {size}; stage params {params} (the rest auto); neural_texture steps {nt_steps}")
 
     targets = {}
     for name, obj in GENERATED.items():
@@ -127,7 +130,8 @@ def main() -> None:
                    "complexity": met["complexity"], "reference_complexity": reference_nodes,
                    "instructions": met["instructions"], "program_bytes": met["program_bytes"],
                    "png_bytes": met["png_bytes"], "bc7_bytes": met["bc7_bytes"], "wall_s": round(wall, 2),
-                   "program": json.loads((tmp / f"{name}_proc" / "program.json").read_text())["root"]}
+                   "program": json.loads((tmp / f"{name}_proc" / "program.json").read_text())["root"],
+                   "search": m["resolved_params"]["values"]}
             if kind == "stochastic":
                 octaves, width, layers = network_for_bytes(met["program_bytes"])
                 t1 = time.perf_counter()

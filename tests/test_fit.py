@@ -89,6 +89,26 @@ def test_clamp_holds(device, examples, tmp_path):
     assert amount[0] == hi and amount[1] == lo
 
 
+def test_auto_steps_come_from_the_spec_else_the_quality_preset(device, examples, tmp_path):
+    from bakery.stages.fit.stage import PRESETS
+
+    for dclass in ("cpu", "gpu"):
+        steps = [PRESETS.table[dclass][q]["steps"] for q in ("preview", "production", "final")]
+        assert steps[0] < steps[1] < steps[2] and steps[1] == 300  # production: the spec's own default
+    dclass = "cpu" if device.info.software else "gpu"
+    spec = _edit(examples / "brightness.toml", "steps = 300", "steps = 20")
+    m = _fit(device, spec, tmp_path / "spec", quality="preview")
+    rp = m["resolved_params"]
+    assert (rp["device_class"], rp["quality"], rp["auto"], rp["values"]["steps"]) == (dclass, "preview", ["steps"], 20)
+    assert (m["fit"]["steps"], m["fit"]["steps_from"]) == (20, "spec")
+    _edit(spec, "steps = 20\n", "")
+    m = _fit(device, spec, tmp_path / "preset", quality="preview")
+    assert m["resolved_params"]["values"]["steps"] == PRESETS.table[dclass]["preview"]["steps"]
+    assert (m["fit"]["steps"], m["fit"]["steps_from"]) == (PRESETS.table[dclass]["preview"]["steps"], "preset")
+    m = _fit(device, spec, tmp_path / "param", quality="preview", steps=7)
+    assert (m["fit"]["steps"], m["fit"]["steps_from"], m["resolved_params"]["auto"]) == (7, "param", [])
+
+
 def test_clamp_holds_after_every_step(device, examples):
     """A texture parameter whose truth leaves the range: every step's values stay inside."""
     from bakery.nn.trainer import TrainConfig, Trainer

@@ -42,9 +42,26 @@ def bundle(tmp_path_factory, device):
     root = tmp_path_factory.mktemp("ntc")
     mat = _material(root / "bricks")
     out = root / "out"
-    r = _run("run", "ntc", mat, "-o", out, "--seed", 2, *SMALL)
+    r = _run("run", "ntc", mat, "-o", out, "--seed", 2, *SMALL, "--param", "quality=preview")
     assert r.exit_code == 0, r.output
     return mat, out
+
+
+def test_auto_params_resolve_per_quality_and_are_recorded(bundle, device):
+    from bakery.stages.ntc.stage import PRESETS
+
+    for dclass in ("cpu", "gpu"):
+        tiers = [PRESETS.table[dclass][q] for q in ("preview", "production", "final")]
+        budgets = [t["steps"] * t["batch"] for t in tiers]
+        assert budgets[0] < budgets[1] < budgets[2]
+    m = json.loads((bundle[1] / "manifest.json").read_text())
+    rp = m["resolved_params"]
+    dclass = "cpu" if device.info.software else "gpu"
+    assert (rp["device_class"], rp["quality"], rp["auto"]) == (dclass, "preview", ["bc_refresh"])
+    assert rp["values"]["bc_refresh"] == PRESETS.table[dclass]["preview"]["bc_refresh"]
+    assert (rp["values"]["steps"], rp["values"]["batch"], rp["values"]["hidden"]) == (200, 4096, 16)  # explicit wins
+    training = m["ntc"]["training"]
+    assert (training["device_class"], training["quality"], training["steps"]) == (dclass, "preview", 200)
 
 
 def test_rate_is_the_bytes_of_the_gpu_resident_files(bundle):
@@ -245,18 +262,20 @@ def test_deterministic_bytes(tmp_path, device):
         assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
 
 
-@pytest.mark.parametrize("case", ["sizes", "bpp_range", "too_low_bpp", "unknown_role", "unreadable"])
+@pytest.mark.parametrize("case", ["sizes", "bpp_range", "too_low_bpp", "unknown_role", "unreadable", "zero_steps"])
 def test_bad_material_input(case, tmp_path):
     mat = _material(tmp_path / "m", 16)
     args = ["run", "ntc", mat, "-o", tmp_path / "out", "--param", "steps=1", "--param", "baseline=false"]
     expect = {"sizes": "must share a size", "bpp_range": "bpp", "too_low_bpp": "too low",
-              "unknown_role": "", "unreadable": "albedo"}[case]
+              "unknown_role": "", "unreadable": "albedo", "zero_steps": "steps: 0 is out of range"}[case]
     if case == "sizes":
         (mat / "ao.png").write_bytes(encode_png(np.zeros((8, 8, 1), np.float32)))
     elif case == "bpp_range":
         args += ["--param", "bpp=40"]
     elif case == "too_low_bpp":
         args += ["--param", "bpp=0.5"]
+    elif case == "zero_steps":  # 0 no longer means auto: one clear line, not a silent preset
+        args[args.index("steps=1")] = "steps=0"
     elif case == "unknown_role":
         shutil.copy(mat / "ao.png", mat / "sheen.png")
         args = ["run", "ntc", mat / "albedo.png", mat / "sheen.png", "-o", tmp_path / "out"]

@@ -142,6 +142,19 @@ class Presets:
         return out
 
 
+    def markdown(self) -> str:
+        """The table as Markdown, one row per device class and tier: docs/PIPELINE.md's
+        "Device-aware defaults" holds this text for every stage (a test keeps it current)."""
+        names = list(dict.fromkeys(k for tiers in self.table.values() for row in tiers.values() for k in row))
+        lines = ["| device | quality | " + " | ".join(f"`{n}`" for n in names) + " |",
+                 "| --- | --- |" + " ---: |" * len(names)]
+        for dclass, tiers in self.table.items():
+            for quality, row in tiers.items():
+                lines.append(f"| {dclass} | {quality} | " + " | ".join(f"{row[n]:,}" if isinstance(row.get(n), int)
+                                                                       else str(row.get(n, "")) for n in names) + " |")
+        return "\n".join(lines)
+
+
 def resolved_record(params: Mapping[str, Any], resolved: Mapping[str, Any], *, device_class: str) -> dict:
     """The manifest's ``resolved_params``: every value used, and which came from ``auto``."""
     return {"device_class": device_class, "quality": resolved.get("quality"),

@@ -71,6 +71,7 @@ class FitSpec:
     size: tuple[int, int] | None  # (width, height) of the output; None: the reference's
     args: dict[str, Binding]
     steps: int = 300
+    steps_given: bool = False  # the spec's [fit] sets steps; else the stage's ``auto`` picks them
     loss: str = "l2"
     optimizer: str = "adam"
     schedule: str = "cosine"
@@ -199,7 +200,7 @@ def load_spec(path: str | Path) -> FitSpec:
     if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 10_000_000:
         r.add("fit.steps", f"expected an integer in [1, 10000000], got {steps!r}")
     else:
-        spec.steps = steps
+        spec.steps, spec.steps_given = steps, "steps" in opts
     spec.loss = r.choice("fit.loss", opts.get("loss", spec.loss), LOSSES) or spec.loss
     spec.optimizer = r.choice("fit.optimizer", opts.get("optimizer", spec.optimizer), tuple(OPTIMIZERS)) or spec.optimizer
     spec.schedule = r.choice("fit.schedule", opts.get("schedule", spec.schedule), SCHEDULES) or spec.schedule

@@ -25,11 +25,19 @@ from bakery.stages.fit.objective import ShaderFit
 from bakery.stages.fit.plot import convergence_png
 from bakery.stages.fit.signature import check_bindings, compile_error, reflect
 from bakery.stages.fit.spec import FitSpec, SpecError, load_spec
+from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_record
 
 #: The difference image shows |render - reference| times this, so small errors are visible.
 DIFFERENCE_GAIN = 4.0
 #: Seconds between progress reports that read the current loss back from the device.
 LOSS_REPORT_INTERVAL = 0.5
+
+
+#: What ``auto`` steps mean when the spec's ``[fit]`` does not set them. The cost of a step
+#: is the user's shader, so both device classes get the same rows; production is the
+#: spec's own default (300).
+PRESETS = Presets({dclass: {"preview": {"steps": 150}, "production": {"steps": 300}, "final": {"steps": 1000}}
+                   for dclass in ("cpu", "gpu")})
 
 
 def loss_progress(ctx, objective: ShaderFit, total: int) -> TrainingProgress:
@@ -79,16 +87,23 @@ class Fit(Stage):
     description = "recover the inputs of a differentiable Slang shader from a reference image"
     input_roles = ("fit",)
     params = (
-        Param("steps", int, 0, "optimisation steps; 0 takes the spec's fit.steps", min=0, max=10_000_000),
+        QUALITY,
+        Param("steps", int, AUTO, "optimisation steps; auto: the spec's fit.steps, else the quality preset",
+              min=1, max=10_000_000),
     )
 
     def run(self, ctx, inputs, params) -> StageResult:
         (inp,) = inputs
         spec = load_spec(inp.files["fit"])
-        if params["steps"]:
-            spec.steps = params["steps"]
-        reference, images, inits, size = load_inputs(spec)
         device = ctx.device
+        dclass = device_class(device)
+        given = params
+        steps_from = "param" if params["steps"] != AUTO else "spec" if spec.steps_given else "preset"
+        if steps_from == "spec":  # the spec's explicit value wins over the preset
+            params = dict(params, steps=spec.steps)
+        params = PRESETS.resolve(params, device_class=dclass)
+        spec.steps = params["steps"]
+        reference, images, inits, size = load_inputs(spec)
         sig = reflect(device, spec)
         channels = {n: im.shape[2] for n, im in images.items()}
         channels.update({f"{n}.init": im.shape[2] for n, im in inits.items()})
@@ -114,8 +129,10 @@ class Fit(Stage):
         score = psnr(render, reference)
         ctx.log.info("%s: %s, %dx%d, %d steps, final %s loss %.3g, render PSNR %.2f dB", inp.name, sig.function,
                      size[0], size[1], config.steps, spec.loss, final_loss, score)
-        return StageResult(metrics={"final_loss": final_loss, "render_psnr_db": round(score, 4)},
-                           manifest=self._write(ctx, spec, sig, objective, render, reference, losses, config))
+        manifest = self._write(ctx, spec, sig, objective, render, reference, losses, config)
+        manifest["fit"]["steps_from"] = steps_from
+        manifest["resolved_params"] = resolved_record(given, params, device_class=dclass)
+        return StageResult(metrics={"final_loss": final_loss, "render_psnr_db": round(score, 4)}, manifest=manifest)
 
     def _write(self, ctx, spec, sig, objective, render, reference, losses, config) -> dict:
         out = ctx.out

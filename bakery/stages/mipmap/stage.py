@@ -16,22 +16,25 @@ from bakery.nn.optimizers import Adam
 from bakery.nn.trainer import TrainConfig, Trainer
 from bakery.stages import Param, Stage, StageResult, register
 from bakery.stages.base import StepProgress
+from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_record
 from bakery.stages.mipmap.chain import MipChain
 from bakery.stages.mipmap.material import load_mip_material
 from bakery.stages.mipmap.objective import STARTS, MipFit
 from bakery.stages.mipmap.outputs import flip_error, write_chains, write_previews
 
-#: Settings where a parameter is left at 0 ("auto"): a software device (lavapipe, 2 CPU
-#: cores) finishes a 256^2 map in well under a minute; a GPU trains to production quality.
-PRESETS = {"software": {"steps": 200, "pairs": 4, "eval_pairs": 64},
-           "gpu": {"steps": 2000, "pairs": 32, "eval_pairs": 512}}
+#: What ``auto`` means: at ``production`` a CPU device (lavapipe, 2 cores) finishes a 256^2
+#: map in well under a minute; a GPU trains to production quality (bench/mipmap.py).
+PRESETS = Presets({
+    "cpu": {"preview": {"steps": 100, "pairs": 4, "eval_pairs": 32},
+            "production": {"steps": 200, "pairs": 4, "eval_pairs": 64},
+            "final": {"steps": 400, "pairs": 8, "eval_pairs": 128}},
+    "gpu": {"preview": {"steps": 1000, "pairs": 32, "eval_pairs": 256},
+            "production": {"steps": 2000, "pairs": 32, "eval_pairs": 512},
+            "final": {"steps": 6000, "pairs": 64, "eval_pairs": 1024}},
+})
+#: The training budget the manifest's ``mipmap.settings`` repeats.
+SETTINGS = ("steps", "pairs", "eval_pairs")
 BASELINES = ("box", "toksvig", "vmf")
-
-
-def resolved_settings(params, software: bool) -> dict:
-    """The parameters with every ``auto`` (0) replaced by the device preset's value."""
-    preset = PRESETS["software" if software else "gpu"]
-    return {k: (params[k] or preset[k]) for k in preset}
 
 
 @register
@@ -42,10 +45,10 @@ class Mipmap(Stage):
     input_roles = ("normal", "roughness", "albedo", "metalness")
     params = (
         Param("levels", int, 0, "levels below 0 to author (0: down to a 4-texel smaller side)", min=0, max=16),
-        Param("steps", int, 0, "training steps (0: 200 on a software device, 2000 on a GPU)", min=0, max=1_000_000),
-        Param("pairs", int, 0, "light/view pairs per step (0: 4 software, 32 GPU)", min=0, max=1024),
-        Param("eval_pairs", int, 0, "held-out light/view pairs for the metrics (0: 64 software, 512 GPU)",
-              min=0, max=65536),
+        QUALITY,
+        Param("steps", int, AUTO, "training steps", min=1, max=1_000_000),
+        Param("pairs", int, AUTO, "light/view pairs per step", min=1, max=1024),
+        Param("eval_pairs", int, AUTO, "held-out light/view pairs for the metrics", min=1, max=65536),
         Param("lr", float, 0.01, "Adam learning rate of the normals", min=1e-6, max=1.0),
         Param("roughness_lr", float, 0.01, "Adam learning rate of the roughness", min=1e-6, max=1.0),
         Param("train_albedo", bool, True, "also train the albedo mips (written as albedo.dds/.ktx2)"),
@@ -69,7 +72,9 @@ class Mipmap(Stage):
                          params["roughness"])
         chain = MipChain.for_size(width, height, params["levels"])
         device = ctx.device
-        settings = resolved_settings(params, device.info.software)
+        dclass = device_class(device)
+        given, params = params, PRESETS.resolve(params, device_class=dclass)
+        settings = {k: params[k] for k in SETTINGS}
         fit = MipFit(device, material, chain, pairs=settings["pairs"], light=params["light"], lr=params["lr"],
                      roughness_lr=params["roughness_lr"],
                      albedo_lr=params["albedo_lr"] if params["train_albedo"] else 0.0, init=params["init"],
@@ -108,7 +113,8 @@ class Mipmap(Stage):
                 "render": {"light": params["light"], "tonemap": "reinhard x/(1+x)",
                            "space": "linear, tangent frame z up",
                            "held_out": "seed 0x4E1D0, hash streams 2/3 (training draws streams 0/1)"},
-                "size_policy": "powers of two on both sides, smaller side >= 8; no padding or cropping"}})
+                "size_policy": "powers of two on both sides, smaller side >= 8; no padding or cropping"},
+                "resolved_params": resolved_record(given, params, device_class=dclass)})
 
 
 def _psnr(mse: float) -> float:

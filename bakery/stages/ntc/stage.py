@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from bakery.errors import UsageError
 from bakery.formats.images import mean_psnr, psnr, set_psnr
 from bakery.materials import ROLES, SRGB_ROLES, load_material, renormalize_normals
 from bakery.nn.optimizers import Adam
@@ -24,12 +23,20 @@ from bakery.stages.ntc import bc4, packing
 from bakery.stages.ntc.objective import LATENT_BITS, LATENT_MODES, LatentTextureFit
 from bakery.stages.ntc.rate import choose, ladder
 from bakery.stages.ntc.shader import LANGUAGES, generate_ntc_decoder
+from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_record
 
-#: Training budget per device class: the CPU (lavapipe) preset keeps a 256^2 set near a
-#: minute (56 s warm, 1.7 min with a cold shader cache, on this shared 2-core machine), the GPU one aims at production
-#: quality on a 2048^2 set in < 2 minutes (bench/ntc.py measures it).
-PRESETS = {"software": {"steps": 300, "batch": 1 << 12, "hidden": 32, "bc_refresh": 25},
-           "gpu": {"steps": 6000, "batch": 1 << 18, "hidden": 64, "bc_refresh": 100}}
+#: What ``auto`` means. At ``production`` the CPU (lavapipe) row keeps a 256^2 set near a
+#: minute (56 s warm, 1.7 min with a cold shader cache, on this shared 2-core machine), the
+#: GPU row aims at production quality on a 2048^2 set in < 2 minutes (bench/ntc.py
+#: measures it). ``bc_refresh`` (BC mode) is the steps between BC4 re-encodes.
+PRESETS = Presets({
+    "cpu": {"preview": {"steps": 150, "batch": 1 << 12, "hidden": 32, "bc_refresh": 25},
+            "production": {"steps": 300, "batch": 1 << 12, "hidden": 32, "bc_refresh": 25},
+            "final": {"steps": 1000, "batch": 1 << 12, "hidden": 32, "bc_refresh": 50}},
+    "gpu": {"preview": {"steps": 3000, "batch": 1 << 18, "hidden": 64, "bc_refresh": 100},
+            "production": {"steps": 6000, "batch": 1 << 18, "hidden": 64, "bc_refresh": 100},
+            "final": {"steps": 20000, "batch": 1 << 18, "hidden": 64, "bc_refresh": 100}},
+})
 WEIGHT_RANGE = (0.25, 8.0)
 FREEZE_FRACTION = 0.05
 NEAR_LOSSLESS_DB = 50.0
@@ -67,9 +74,10 @@ class NeuralTextureCompression(Stage):
               "mips + decoder)", min=0.5, max=20.0),
         Param("target_psnr", float, 0.0, "if > 0: the cheapest rate whose mean PSNR reaches this (overrides bpp)",
               min=0.0, max=80.0),
-        Param("steps", int, 0, "training steps per trained rate (0: the device preset)", min=0, max=1_000_000),
-        Param("batch", int, 0, "texels per step (0: the device preset)", min=0, max=1 << 22),
-        Param("hidden", int, 0, "decoder hidden width (0: the device preset)", min=0, max=128),
+        QUALITY,
+        Param("steps", int, AUTO, "training steps per trained rate", min=1, max=1_000_000),
+        Param("batch", int, AUTO, "texels per step", min=1, max=1 << 22),
+        Param("hidden", int, AUTO, "decoder hidden width", min=8, max=128),
         Param("layers", int, 2, "decoder hidden layers", min=1, max=4),
         Param("latents", str, "packed", "latent storage: packed codes in a buffer, or BC4 textures", choices=LATENT_MODES),
         Param("latent_bits", int, 4, "bits per latent code (packed mode; BC4 is 4)", choices=LATENT_BITS),
@@ -80,8 +88,7 @@ class NeuralTextureCompression(Stage):
         Param("latent_lr", float, 2e-2, "latent learning rate", min=1e-6, max=1.0),
         Param("noise_fraction", float, 0.0, "packed mode: fraction of steps trained with uniform latent noise "
               "instead of rounding; the latents freeze for the last FREEZE_FRACTION", min=0.0, max=1.0),
-        Param("bc_refresh", int, 0, "BC mode: steps between BC4 re-encodes of the latents (0: preset)",
-              min=0, max=100_000),
+        Param("bc_refresh", int, AUTO, "BC mode: steps between BC4 re-encodes of the latents", min=1, max=100_000),
         Param("weighting", str, "uniform", "per-texture loss weights: uniform, or from the MSE of BCn at "
               "equal bytes (bcn_weights)", choices=("uniform", "bcn")),
         Param("baseline", bool, True, "also encode BC7/BC5/BC4 and report them"),
@@ -94,14 +101,9 @@ class NeuralTextureCompression(Stage):
         (inp,) = inputs
         material = load_material(dict(inp.files))
         h, w, c = material.image.shape
-        preset_name = "software" if ctx.device.info.software else "gpu"
-        preset = PRESETS[preset_name]
-        steps = params["steps"] or preset["steps"]
-        batch = params["batch"] or preset["batch"]
-        refresh = params["bc_refresh"] or preset["bc_refresh"]
-        hidden = params["hidden"] or preset["hidden"]
-        if hidden < 8:
-            raise UsageError(f"hidden {hidden} is below 8", key="params.hidden")
+        dclass = device_class(ctx.device)
+        given, params = params, PRESETS.resolve(params, device_class=dclass)
+        steps, batch, refresh, hidden = params["steps"], params["batch"], params["bc_refresh"], params["hidden"]
         rate_kw = dict(hidden=hidden, layers=params["layers"], pe_octaves=params["pe_octaves"],
                        bits=4 if params["latents"] == "bc" else params["latent_bits"], mips=params["mips"],
                        mode=params["latents"], features=params["features"])
@@ -197,7 +199,8 @@ class NeuralTextureCompression(Stage):
                           "requested_bpp": params["bpp"] if params["target_psnr"] <= 0 else None,
                           "texels": w * h, "tried": tried},
                  "mip_psnr_db": mip_psnr,   # per colour mip, set PSNR (mean MSE) against the box-filtered chain
-                 "training": {"preset": preset_name, "steps": steps, "batch": batch, "hidden": hidden,
+                 "training": {"device_class": dclass, "quality": params["quality"], "steps": steps, "batch": batch,
+                              "hidden": hidden,
                               "bc_refresh": refresh if grid.mode == "bc" else None,
                               "noise_steps": obj.noise_steps, "latents_frozen_from_step": (
                                   None if grid.mode == "bc" else cfg.steps - int(FREEZE_FRACTION * cfg.steps)), "weighting": weighting,
@@ -210,7 +213,8 @@ class NeuralTextureCompression(Stage):
             self._transcode(out, [material.split(np.clip(im, 0, 1)) for im in mip_images])
         ctx.log.info("%s: %dx%d, %d channels, %.2f bpp, mean PSNR %.2f dB", inp.name, w, h, c, point.bpp,
                      metrics["mean_psnr_db"])
-        return StageResult(metrics=metrics, manifest={"ntc": extra})
+        return StageResult(metrics=metrics, manifest={
+            "ntc": extra, "resolved_params": resolved_record(given, params, device_class=dclass)})
 
     @staticmethod
     def _search_rate(points, target, train, tried, ctx):

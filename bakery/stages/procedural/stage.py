@@ -19,6 +19,7 @@ from bakery.baselines.resample import downsample_area
 from bakery.errors import UsageError
 from bakery.formats.images import encode_png, load_image, psnr
 from bakery.stages import Param, Stage, StageResult, register
+from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_record
 from bakery.stages.procedural import codegen, texture_stats
 from bakery.stages.procedural.dsl import complexity, instructions, param_count, program_document
 from bakery.stages.procedural.fit import FitConfig
@@ -27,9 +28,27 @@ from bakery.stages.procedural.render import render_shader
 from bakery.stages.procedural.search import Search, SearchConfig
 
 MIN_SIZE = 32
-#: Per-device defaults for the ``0 = auto`` params: (software, hardware).
-PRESETS = {"generations": (2, 6), "population": (12, 48), "beam": (2, 6), "restarts": (3, 8), "steps": (120, 600),
-           "batch": (1024, 16384), "fit_size": (64, 256), "refine_steps": (150, 1500)}
+
+#: What ``auto`` means: the search budget per device class and quality tier. The GPU final
+#: row (6 generations x 48 structures x 8 restarts x 600 steps x batch 16384, fitted at
+#: 256^2) took ~65 s per 256^2 image on an H200; production fits 1/48 of its sampled
+#: pixel-steps at 128^2. Preview is about half of production, CPU final about 4x.
+PRESETS = Presets({
+    "cpu": {"preview": dict(generations=2, population=12, beam=2, restarts=2, steps=100, batch=1024, fit_size=64,
+                            refine_steps=80),
+            "production": dict(generations=2, population=12, beam=2, restarts=3, steps=120, batch=1024, fit_size=64,
+                               refine_steps=150),
+            "final": dict(generations=3, population=16, beam=3, restarts=4, steps=180, batch=1024, fit_size=64,
+                          refine_steps=400)},
+    "gpu": {"preview": dict(generations=3, population=16, beam=3, restarts=4, steps=300, batch=4096, fit_size=128,
+                            refine_steps=400),
+            "production": dict(generations=4, population=24, beam=4, restarts=4, steps=300, batch=4096, fit_size=128,
+                               refine_steps=800),
+            "final": dict(generations=6, population=48, beam=6, restarts=8, steps=600, batch=16384, fit_size=256,
+                          refine_steps=1500)},
+})
+#: The search budget the manifest's ``search`` repeats.
+BUDGET = ("generations", "population", "beam", "restarts", "steps", "batch", "fit_size", "refine_steps")
 
 
 @register
@@ -39,14 +58,15 @@ class Procedural(Stage):
     description = "find a compact procedural shader program that draws the texture"
     input_roles = ("image",)
     params = (
-        Param("generations", int, 0, "search generations (0: 2 on CPU, 6 on GPU)", min=0, max=100),
-        Param("population", int, 0, "new structures fitted per generation (0: auto)", min=0, max=4096),
-        Param("beam", int, 0, "programs kept and mutated per generation (0: auto)", min=0, max=256),
-        Param("restarts", int, 0, "random restarts of each structure's fit (0: auto)", min=0, max=64),
-        Param("steps", int, 0, "Adam steps per fit (0: auto)", min=0, max=100_000),
-        Param("batch", int, 0, "pixels sampled per restart and step (0: auto)", min=0, max=1 << 22),
-        Param("fit_size", int, 0, "longest side the search fits at (0: 64 on CPU, 256 on GPU)", min=0, max=4096),
-        Param("refine_steps", int, 0, "steps of the final fit of the winner (0: auto)", min=0, max=100_000),
+        QUALITY,
+        Param("generations", int, AUTO, "search generations", min=1, max=100),
+        Param("population", int, AUTO, "new structures fitted per generation", min=1, max=4096),
+        Param("beam", int, AUTO, "programs kept and mutated per generation", min=1, max=256),
+        Param("restarts", int, AUTO, "random restarts of each structure's fit", min=1, max=64),
+        Param("steps", int, AUTO, "Adam steps per fit", min=1, max=100_000),
+        Param("batch", int, AUTO, "pixels sampled per restart and step", min=1, max=1 << 22),
+        Param("fit_size", int, AUTO, "longest side the search fits at", min=MIN_SIZE, max=4096),
+        Param("refine_steps", int, AUTO, "steps of the final fit of the winner (0: none)", min=0, max=100_000),
         Param("lr", float, 0.02, "Adam learning rate (on unit-scaled parameters)", min=1e-6, max=1.0),
         Param("complexity_weight", float, 1e-4, "score = image loss + this x node count", min=0.0, max=1.0),
         Param("texture_weight", float, 0.5, "weight of the texture-statistics term in the image loss",
@@ -66,8 +86,9 @@ class Procedural(Stage):
                              where=str(path), key="image")
         builtin, command = make_proposers(params["proposer"], ctx.log)
         device = ctx.device
-        hw = 0 if device.info.software else 1
-        used = {k: (params[k] or PRESETS[k][hw]) for k in PRESETS}
+        dclass = device_class(device)
+        given, params = params, PRESETS.resolve(params, device_class=dclass)
+        used = {k: params[k] for k in BUDGET}
         rgb = image[:, :, :3]
         scale = min(1.0, used["fit_size"] / max(h, w))
         fw, fh = max(MIN_SIZE, round(w * scale)), max(MIN_SIZE, round(h * scale))
@@ -114,7 +135,7 @@ class Procedural(Stage):
             "source": {"width": w, "height": h, "channels": c, "alpha_ignored": c == 4},
             "search": {**used, "fit_width": fw, "fit_height": fh, "structures_fitted": len(search.evaluated),
                        "from_command": sum(1 for c in search.evaluated.values() if c.origin == "cmd")},
-            "sizes": sizes})
+            "sizes": sizes, "resolved_params": resolved_record(given, params, device_class=dclass)})
 
 
 def _pareto_plot(search) -> bytes:
