@@ -7,7 +7,7 @@ estimate, program bytes against PNG and BC7 bytes, wall time. For the stochastic
 baseline in the same run: a `neural_texture` whose fp16 weights take at most as many
 bytes as the program's compact JSON, scored with the same texture loss.
 
-    python3 bench/procedural.py [--device vulkan] [--size 256] [--quality final]   # the lead's GPU run
+    python3 bench/procedural.py --device vulkan --workers 6    # H200: 6 targets at once share the GPU
     python3 bench/procedural.py --device software --small                # CPU smoke run
 Prints a table and writes JSON (bench/out/procedural.json).
 """
@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import numpy as np
@@ -83,6 +85,40 @@ def run_cli(args: list[str]) -> dict:
     return json.loads((Path(args[args.index("-o") + 1]) / "manifest.json").read_text())
 
 
+def bake_target(name: str, kind: str, src: Path, reference_nodes, params: list[str], seed: int, device: str,
+                nt_steps: int, size: int) -> dict:
+    """One target through `bakery run procedural` (and, for a stochastic one, the byte-matched
+    neural_texture baseline); a worker process of its own, so targets can share the GPU."""
+    image = load_image(src)[:, :, :3]
+    out = src.parent
+    t0 = time.perf_counter()
+    m = run_cli(["run", "procedural", src, "-o", out / f"{name}_proc", "--seed", seed, "--device", device,
+                 *sum((["--param", p] for p in params), [])])
+    wall = time.perf_counter() - t0
+    met = dict(m["metrics"], psnr_db=float(m["metrics"]["psnr_db"]))  # "inf" when exact
+    row = {"target": name, "kind": kind, "psnr_db": met["psnr_db"], "texture_loss": met["texture_loss"],
+           "complexity": met["complexity"], "reference_complexity": reference_nodes,
+           "instructions": met["instructions"], "program_bytes": met["program_bytes"],
+           "png_bytes": met["png_bytes"], "bc7_bytes": met["bc7_bytes"], "wall_s": round(wall, 2),
+           "program": json.loads((out / f"{name}_proc" / "program.json").read_text())["root"],
+           "search": m["resolved_params"]["values"]}
+    if kind == "stochastic":
+        octaves, width, layers = network_for_bytes(met["program_bytes"])
+        t1 = time.perf_counter()
+        nt = run_cli(["run", "neural_texture", src, "-o", out / f"{name}_nt", "--seed", seed,
+                      "--device", device, "--param", f"octaves={octaves}", "--param", f"width={width}",
+                      "--param", f"layers={layers}", "--param", f"steps={nt_steps}",
+                      "--param", f"batch={min(1 << 16, size * size)}"])
+        decoded = load_image(out / f"{name}_nt" / "preview.png")[:, :, :3]
+        weights = next(f["bytes"] for f in nt["files"] if f["name"] == "weights.bin")
+        row["neural_texture"] = {"octaves": octaves, "width": width, "layers": layers,
+                                 "weights_bytes": weights, "psnr_db": round(psnr(decoded, image), 4),
+                                 "texture_loss": round(texture_stats.texture_loss(
+                                     decoded, texture_stats.statistics(image)), 8),
+                                 "wall_s": round(time.perf_counter() - t1, 2)}
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="vulkan", choices=("auto", "vulkan", "cuda", "software"))
@@ -93,6 +129,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--nt-steps", type=int, default=3000, help="neural_texture baseline steps")
     ap.add_argument("--only", default="", help="comma-separated target names")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="targets baked at once, each in its own process sharing the device (wall s per "
+                         "target then includes the sharing)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "procedural.json")
     a = ap.parse_args()
     size = 64 if a.small else a.size
@@ -115,44 +154,26 @@ def main() -> None:
     if a.only:
         targets = {k: v for k, v in targets.items() if k in a.only.split(",")}
 
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
+    rows = {}
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp, \
+            ProcessPoolExecutor(a.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        jobs = {}
         for name, (kind, image, reference_nodes) in targets.items():
-            src = tmp / f"{name}.png"
+            src = Path(tmp) / f"{name}.png"
             src.write_bytes(encode_png(image))
-            t0 = time.perf_counter()
-            m = run_cli(["run", "procedural", src, "-o", tmp / f"{name}_proc", "--seed", a.seed, "--device", a.device,
-                         *sum((["--param", p] for p in params), [])])
-            wall = time.perf_counter() - t0
-            met = dict(m["metrics"], psnr_db=float(m["metrics"]["psnr_db"]))  # "inf" when exact
-            row = {"target": name, "kind": kind, "psnr_db": met["psnr_db"], "texture_loss": met["texture_loss"],
-                   "complexity": met["complexity"], "reference_complexity": reference_nodes,
-                   "instructions": met["instructions"], "program_bytes": met["program_bytes"],
-                   "png_bytes": met["png_bytes"], "bc7_bytes": met["bc7_bytes"], "wall_s": round(wall, 2),
-                   "program": json.loads((tmp / f"{name}_proc" / "program.json").read_text())["root"],
-                   "search": m["resolved_params"]["values"]}
-            if kind == "stochastic":
-                octaves, width, layers = network_for_bytes(met["program_bytes"])
-                t1 = time.perf_counter()
-                nt = run_cli(["run", "neural_texture", src, "-o", tmp / f"{name}_nt", "--seed", a.seed,
-                              "--device", a.device, "--param", f"octaves={octaves}", "--param", f"width={width}",
-                              "--param", f"layers={layers}", "--param", f"steps={nt_steps}",
-                              "--param", f"batch={min(1 << 16, size * size)}"])
-                decoded = load_image(tmp / f"{name}_nt" / "preview.png")[:, :, :3]
-                weights = next(f["bytes"] for f in nt["files"] if f["name"] == "weights.bin")
-                row["neural_texture"] = {"octaves": octaves, "width": width, "layers": layers,
-                                         "weights_bytes": weights, "psnr_db": round(psnr(decoded, image), 4),
-                                         "texture_loss": round(texture_stats.texture_loss(
-                                             decoded, texture_stats.statistics(image)), 8),
-                                         "wall_s": round(time.perf_counter() - t1, 2)}
-            rows.append(row)
+            jobs[pool.submit(bake_target, name, kind, src, reference_nodes, params, a.seed, a.device,
+                             nt_steps, size)] = name
+        for done in as_completed(jobs):
+            row = rows[jobs[done]] = done.result()
             nt = row.get("neural_texture")
-            print(f"{name:18s} {kind:10s} psnr {met['psnr_db']:6.2f} dB  tex {met['texture_loss']:.2e}  "
-                  f"nodes {met['complexity']:2d} (ref {reference_nodes if reference_nodes else '-'})  "
-                  f"~{met['instructions']:4d} instr  {met['program_bytes']:5d} B vs png {met['png_bytes']} / "
-                  f"bc7 {met['bc7_bytes']}  {wall:6.1f} s"
-                  + (f"  | NT {nt['weights_bytes']} B: psnr {nt['psnr_db']:.2f} tex {nt['texture_loss']:.2e}" if nt else ""))
+            print(f"{row['target']:18s} {row['kind']:10s} psnr {row['psnr_db']:6.2f} dB  tex {row['texture_loss']:.2e}  "
+                  f"nodes {row['complexity']:2d} (ref {row['reference_complexity'] or '-'})  "
+                  f"~{row['instructions']:4d} instr  {row['program_bytes']:5d} B vs png {row['png_bytes']} / "
+                  f"bc7 {row['bc7_bytes']}  {row['wall_s']:6.1f} s"
+                  + (f"  | NT {nt['weights_bytes']} B: psnr {nt['psnr_db']:.2f} tex {nt['texture_loss']:.2e}"
+                     if nt else ""), flush=True)
+    rows = [rows[name] for name in targets]
 
     gen = [r for r in rows if r["kind"] == "generated"]
     summary = {}
@@ -168,10 +189,13 @@ def main() -> None:
             r["texture_loss"] < r["neural_texture"]["texture_loss"] for r in sto)
         summary["stochastic_count"] = len(sto)
     summary["total_wall_s"] = round(sum(r["wall_s"] for r in rows), 1)
+    summary["elapsed_s"] = round(time.perf_counter() - started, 1)
+    summary["workers"] = a.workers
     print(json.dumps(summary))
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps({"device": dev.info.to_dict(), "size": size, "stage_params": params,
-                                 "neural_texture_steps": nt_steps, "seed": a.seed, "summary": summary,
+                                 "neural_texture_steps": nt_steps, "seed": a.seed,
+                                 "workers": a.workers, "summary": summary,
                                  "targets": rows}, indent=2))
     print(f"wrote {a.out}")
 
