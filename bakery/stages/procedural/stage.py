@@ -29,15 +29,16 @@ from bakery.stages.procedural.search import Search, SearchConfig
 
 MIN_SIZE = 32
 
-#: What ``auto`` means: the search budget per device class and quality tier. The GPU final
-#: row (6 generations x 48 structures x 8 restarts x 600 steps x batch 16384, fitted at
-#: 256^2) took ~65 s per 256^2 image on an H200; production fits 1/48 of its sampled
-#: pixel-steps at 128^2. Preview is about half of production, CPU final about 4x.
+#: What ``auto`` means: the search budget per device class and quality tier. CPU production
+#: keeps `bakery run procedural` on a 256^2 image under a minute on 2 lavapipe cores (the
+#: default pipeline runs it per texture); CPU preview is the one-generation search the
+#: default pipeline pinned before presets. On an H200 the GPU production row took ~44 s per
+#: 256^2 target (the search is launch-bound, not pixel-bound) and the final row ~65 s.
 PRESETS = Presets({
-    "cpu": {"preview": dict(generations=2, population=12, beam=2, restarts=2, steps=100, batch=1024, fit_size=64,
-                            refine_steps=80),
-            "production": dict(generations=2, population=12, beam=2, restarts=3, steps=120, batch=1024, fit_size=64,
-                               refine_steps=150),
+    "cpu": {"preview": dict(generations=1, population=6, beam=2, restarts=2, steps=80, batch=1024, fit_size=48,
+                            refine_steps=60),
+            "production": dict(generations=2, population=10, beam=2, restarts=2, steps=100, batch=1024, fit_size=48,
+                               refine_steps=100),
             "final": dict(generations=3, population=16, beam=3, restarts=4, steps=180, batch=1024, fit_size=64,
                           refine_steps=400)},
     "gpu": {"preview": dict(generations=3, population=16, beam=3, restarts=4, steps=300, batch=4096, fit_size=128,
