@@ -50,8 +50,6 @@ def prepare(work: Path, name: str, small: bool, device: str, n_assets: int, stag
         sizes = [32, 48, 64] if small else [128, 256, 512]
         W.resample_assets(folder, textures=n_assets // 2, materials=n_assets - n_assets // 2, sizes=sizes, seed=7)
     W.link_compile_cache(folder, work)
-    if name == "default":
-        return W.write_pipeline(folder, small=small, device=device)
     return W.write_pipeline(folder, small=small, device=device, stages=stages, overrides=overrides)
 
 
@@ -67,6 +65,13 @@ def parse_overrides(items: list[str]) -> dict[str, dict]:
     return found
 
 
+def save(args, rows: list[dict]) -> None:
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"machine": W.machine(), "settings": vars(args) | {"work": str(args.work),
+                                                                                        "out": str(args.out)},
+                                    "rows": rows}, indent=1, default=str))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--small", action="store_true", help="tiny params and images (CPU dry run)")
@@ -77,6 +82,8 @@ def main() -> int:
                     "(default: all over textures and materials)")
     ap.add_argument("--large-set", action="append", default=[], metavar="STAGE.KEY=VALUE",
                     help="a stage param of the large workload (VALUE in TOML), e.g. texture.quality='preview'")
+    ap.add_argument("--default-set", action="append", default=[], metavar="STAGE.KEY=VALUE",
+                    help="a stage param of the default workload (STAGE '*': every stage), e.g. *.quality='preview'")
     ap.add_argument("--no-ray", action="store_true", help="leave out the Ray modes")
     ap.add_argument("--no-ray-jobs", action="store_true", help="leave out Ray with several actors per GPU")
     ap.add_argument("--work", type=Path, default=W.REPO / "bench" / "out" / "runners-work")
@@ -93,9 +100,10 @@ def main() -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     rows = []
     for name in ("default", f"{args.assets}-assets"):
-        stages = set(args.large_stages.split(",")) if args.large_stages else None
+        large = name != "default"
+        stages = set(args.large_stages.split(",")) if args.large_stages and large else None
         pipeline = prepare(args.work, name, args.small, args.device, args.assets, stages,
-                           parse_overrides(args.large_set))
+                           parse_overrides(args.large_set if large else args.default_set))
         warm = W.run_bake(pipeline, args.work)
         if warm["exit"] != 0:
             print(f"{name}: the untimed first bake failed (exit {warm['exit']}):\n{warm['log']}", file=sys.stderr)
@@ -124,6 +132,7 @@ def main() -> int:
             if r["exit"] != 0:
                 row["log"] = r["log"]
             rows.append(row)
+            save(args, rows)  # after every row: a run cut at its time limit keeps what it measured
             print(f"{name:>10} {mode:>12}: {row['wall_s']:7.2f} s  x{row['speedup']}  exit {r['exit']}", flush=True)
 
     print(f"\nmachine: {W.machine()}  device={args.device}  small={args.small}  jobs={jobs}")
@@ -139,10 +148,7 @@ def main() -> int:
             for task, met in r["task_metrics"].items():
                 shown = {k: v for k, v in (met or {}).items() if not isinstance(v, (dict, list))}
                 print(f"  {task:<40} {shown}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"machine": W.machine(), "settings": vars(args) | {"work": str(args.work),
-                                                                                        "out": str(args.out)},
-                                    "rows": rows}, indent=1, default=str))
+    save(args, rows)
     print(f"wrote {args.out}")
     return 0 if all(r["exit"] == 0 and r["verify"] for r in rows) else 1
 

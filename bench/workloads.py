@@ -78,7 +78,7 @@ def copy_sample_assets(dest: Path) -> None:
 def write_pipeline(folder: Path, *, small: bool, device: str = "auto", stages: set[str] | None = None,
                    overrides: dict[str, dict] | None = None) -> Path:
     """pipeline.toml's stages (or the named ones) over ``folder``'s textures/ and
-    materials/ (tiny params with ``small``, then ``overrides`` per stage name); its Slang
+    materials/ (tiny params with ``small``, then ``overrides`` per stage name, "*" for all); its Slang
     compile cache is shared through XDG_CACHE_HOME."""
     default = tomllib.loads((REPO / "pipeline.toml").read_text())
     lines = ["[project]", 'name = "bench"', 'out = "out"', 'cache = "cache"', f'device = "{device}"', "seed = 1", "",
@@ -89,7 +89,7 @@ def write_pipeline(folder: Path, *, small: bool, device: str = "auto", stages: s
         if stages is not None and name not in stages:
             continue
         params = TINY_PARAMS.get(stage["type"], stage.get("params", {})) if small else stage.get("params", {})
-        params = {**params, **(overrides or {}).get(name, {})}
+        params = {**params, **(overrides or {}).get("*", {}), **(overrides or {}).get(name, {})}
         inline = ", ".join(f"{k} = {json.dumps(v)}" for k, v in params.items())
         lines += [f"[stages.{name}]", f'type = "{stage["type"]}"', f"inputs = {json.dumps(stage['inputs'])}",
                   f"params = {{ {inline} }}", ""]
