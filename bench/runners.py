@@ -84,6 +84,7 @@ def main() -> int:
                     help="a stage param of the large workload (VALUE in TOML), e.g. texture.quality='preview'")
     ap.add_argument("--default-set", action="append", default=[], metavar="STAGE.KEY=VALUE",
                     help="a stage param of the default workload (STAGE '*': every stage), e.g. *.quality='preview'")
+    ap.add_argument("--workloads", default="default,large", help="which workloads: default, large or both")
     ap.add_argument("--no-ray", action="store_true", help="leave out the Ray modes")
     ap.add_argument("--no-ray-jobs", action="store_true", help="leave out Ray with several actors per GPU")
     ap.add_argument("--work", type=Path, default=W.REPO / "bench" / "out" / "runners-work")
@@ -99,7 +100,9 @@ def main() -> int:
             ray_ok = False
     args.work.mkdir(parents=True, exist_ok=True)
     rows = []
-    for name in ("default", f"{args.assets}-assets"):
+    chosen = args.workloads.split(",")
+    names = (["default"] if "default" in chosen else []) + ([f"{args.assets}-assets"] if "large" in chosen else [])
+    for name in names:
         large = name != "default"
         stages = set(args.large_stages.split(",")) if args.large_stages and large else None
         pipeline = prepare(args.work, name, args.small, args.device, args.assets, stages,
