@@ -9,8 +9,13 @@ baseline), training seconds, and (hardware devices) ns per shading point of teac
 and decoder over --points points and their ratio. Targets (issue 13): PSNR >= 35 dB,
 speedup >= 5, training < 120 s. Prints a table and writes bench/out/neural_material.json.
 
-    python3 bench/neural_material.py --device vulkan              # H200: 2048^2, CoopVec
-    python3 bench/neural_material.py --device software --small    # CPU smoke run
+    python3 bench/neural_material.py --device vulkan [--quality final]   # H200: 2048^2, CoopVec
+    python3 bench/neural_material.py --device software --small           # CPU smoke run
+
+Training params left at ``auto`` (the default) take the stage's preset for the device
+class and --quality; the values used are in each row's ``resolved``. The training time
+comes from the stage's progress callback (``train_s``), not the manifest, which holds no
+wall-clock values.
 """
 
 from __future__ import annotations
@@ -63,16 +68,20 @@ def main() -> int:
     p.add_argument("--device", default="vulkan")
     p.add_argument("--small", action="store_true", help="tiny CPU run: 32^2, 3 materials, few steps")
     p.add_argument("--size", type=int, default=2048)
-    p.add_argument("--steps", type=int, default=0, help="0: the stage's per-device preset")
-    p.add_argument("--batch", type=int, default=0, help="0: the stage's per-device preset")
+    p.add_argument("--quality", choices=("preview", "production", "final"), default="production",
+                   help="preset tier of the stage's auto params")
+    p.add_argument("--steps", default="auto", help="training steps (auto: the stage's preset for the device and "
+                   "--quality)")
+    p.add_argument("--batch", default="auto", help="shading samples per step (auto: the stage's preset for the "
+                   "device and --quality)")
     p.add_argument("--latents", type=int, default=8)
-    p.add_argument("--hidden", type=int, default=32)
+    p.add_argument("--hidden", default="auto", help="decoder hidden width (auto: the preset)")
     p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--lr", type=float, default=1e-2)
+    p.add_argument("--lr", default="auto", help="Adam learning rate (auto: the preset)")
     p.add_argument("--schedule", default="cosine", choices=("constant", "cosine", "one_cycle"))
     p.add_argument("--loss", default="log", choices=("display", "log"))
     p.add_argument("--latent-format", default="unorm8", choices=("unorm8", "fp16"))
-    p.add_argument("--encoder-hidden", type=int, default=32)
+    p.add_argument("--encoder-hidden", default="auto", help="encoder hidden width (auto: the preset)")
     p.add_argument("--points", type=int, default=1 << 22, help="shading points per timing dispatch")
     p.add_argument("--count", type=int, default=6, help="materials to bake (3 samples, then 3 variants)")
     p.add_argument("--out", default=str(ROOT / "bench" / "out" / "neural_material.json"))
@@ -83,18 +92,23 @@ def main() -> int:
     dev = open_device(a.device)
     info = dev.info
     print(f"device: {info.adapter} (software={info.software}, coopvec={dev.coopvec})")
-    params = {"steps": a.steps, "batch": a.batch, "latents": a.latents, "hidden": a.hidden, "layers": a.layers,
-              "lr": a.lr, "schedule": a.schedule, "time_points": a.points, "loss": a.loss, "latent_format": a.latent_format,
-              "encoder_hidden": a.encoder_hidden}
+    params = {"quality": a.quality, "steps": a.steps, "batch": a.batch, "latents": a.latents, "hidden": a.hidden,
+              "layers": a.layers, "lr": a.lr, "schedule": a.schedule, "time_points": a.points, "loss": a.loss,
+              "latent_format": a.latent_format, "encoder_hidden": a.encoder_hidden}
     print(f"settings: size {a.size}^2, {json.dumps(params)}")
     stage = get_stage("neural_material")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for folder in make_materials(Path(tmp) / "materials", a.size, variants=not a.small)[:a.count]:
             files = {q.stem: q for q in sorted(folder.glob("*.png"))}
+            last = {}
+
+            def progress(done=None, total=None, **info):
+                last.update(info)
+
             t0 = time.perf_counter()
             m = run_task(stage, [StageInput(folder.name, files)], params, seed=0, device_provider=lambda: dev,
-                         out_dir=Path(tmp) / "out" / folder.name, log=logging.getLogger("bench"))
+                         out_dir=Path(tmp) / "out" / folder.name, log=logging.getLogger("bench"), progress=progress)
             wall = time.perf_counter() - t0
             nm, met = m["neural_material"], m["metrics"]
             timing = nm["timing"] or {}
@@ -102,14 +116,18 @@ def main() -> int:
                          "constant_psnr_db": met["constant_psnr_db"], "flip": met["flip"], "speedup": met["speedup"],
                          "teacher_ns": timing.get("teacher_ns_per_point"),
                          "decoder_ns": timing.get("decoder_ns_per_point"),
-                         "train_s": nm["training"]["seconds"], "steps": nm["training"]["steps"],
+                         "train_s": last["train_s"], "steps": nm["training"]["steps"],
                          "batch": nm["training"]["batch"], "timing_method": timing.get("method"),
+                         "resolved": m["resolved_params"],
                          "wall_s": round(wall, 2),
                          "psnr_db_per_direction": nm["evaluation"]["psnr_db_per_direction"]})
     def fmt(v, f):
         return format("--", f">{f.split('.')[0]}") if v is None else format(v, f)
 
-    print(f"\ntraining: {rows[0]['steps']} steps x batch {rows[0]['batch']}; timing: {rows[0]['timing_method']}")
+    used = rows[0]["resolved"]
+    print(f"\ntraining ({used['device_class']}, {used['quality']}; auto: {', '.join(used['auto']) or 'none'}): "
+          f"{rows[0]['steps']} steps x batch {rows[0]['batch']}, hidden {used['values']['hidden']}/"
+          f"{used['values']['encoder_hidden']}, lr {used['values']['lr']}; timing: {rows[0]['timing_method']}")
     print(f"{'material':16} {'PSNR dB':>8} {'const dB':>8} {'FLIP':>7} {'teacher ns':>10} {'decoder ns':>10} "
           f"{'speedup':>8} {'train s':>8} {'wall s':>7}")
     for r in rows:

@@ -146,9 +146,30 @@ def bundle(tmp_path_factory, device):
     root = tmp_path_factory.mktemp("nm")
     mat = _material(root / "bricks")
     out = root / "out"
-    r = _run("run", "neural_material", mat, "-o", out, "--seed", 2, *SMALL)
+    r = _run("run", "neural_material", mat, "-o", out, "--seed", 2, *SMALL, "--param", "quality=preview")
     assert r.exit_code == 0, r.output
     return mat, out, json.loads((out / "manifest.json").read_text())
+
+
+def test_auto_params_resolve_per_quality_and_are_recorded(bundle, device):
+    from bakery.stages.neural_material.stage import PRESETS
+
+    for dclass in ("cpu", "gpu"):
+        tiers = [PRESETS.table[dclass][q] for q in ("preview", "production", "final")]
+        budgets = [t["steps"] * t["batch"] for t in tiers]
+        assert budgets[0] < budgets[1] < budgets[2]
+    gpu = PRESETS.table["gpu"]["production"]
+    assert (gpu["steps"], gpu["batch"]) == (40000, 1 << 16)  # ~40 s on an H200 (issue 13's budget)
+    _, _, m = bundle
+    rp = m["resolved_params"]
+    dclass = "cpu" if device.info.software else "gpu"
+    assert (rp["device_class"], rp["quality"], rp["auto"]) == (dclass, "preview", ["lr"])
+    assert rp["values"]["lr"] == PRESETS.table[dclass]["preview"]["lr"]
+    assert (rp["values"]["steps"], rp["values"]["batch"], rp["values"]["hidden"]) == (300, 1024, 32)  # explicit wins
+    training = m["neural_material"]["training"]
+    assert (training["device_class"], training["quality"], training["steps"]) == (dclass, "preview", 300)
+    assert "seconds" not in training  # wall time goes to the log, not the bundle
+    assert m["params"]["lr"] == "auto"
 
 
 def test_student_beats_a_constant_predictor(bundle, device):
@@ -229,7 +250,7 @@ def test_same_seed_gives_the_same_bytes(tmp_path, device):
     for k in (1, 2):
         r = _run("run", "neural_material", mat, "-o", tmp_path / f"o{k}", *tiny)
         assert r.exit_code == 0, r.output
-    for name in ("weights.bin", "encoder.bin", "latents.dds", "material_eval.slang"):
+    for name in ("weights.bin", "encoder.bin", "latents.dds", "material_eval.slang", "manifest.json"):
         assert (tmp_path / "o1" / name).read_bytes() == (tmp_path / "o2" / name).read_bytes(), name
 
 
@@ -238,6 +259,7 @@ def test_same_seed_gives_the_same_bytes(tmp_path, device):
     ("sheen", "sheen_color"),
     ("size", "differs"),
     ("param", "nonsense"),
+    ("zero_steps", "steps: 0 is out of range"),  # 0 no longer means auto
 ])
 def test_bad_input_is_one_clear_line_and_writes_nothing(tmp_path, case, message):
     mat = _material(tmp_path / "m", size=16, skip=("albedo",) if case == "no_albedo" else ())
@@ -248,8 +270,12 @@ def test_bad_input_is_one_clear_line_and_writes_nothing(tmp_path, case, message)
         (mat / "roughness.png").write_bytes(encode_png(np.zeros((8, 8, 3), np.float32)))
     elif case == "param":
         extra = ["--param", "nonsense=1"]
+    elif case == "zero_steps":
+        extra = ["--param", "steps=0"]
     out = tmp_path / "out"
     r = _run("run", "neural_material", mat, "-o", out, *extra)
     assert r.exit_code != 0
     assert message in r.output
+    if case == "zero_steps":
+        assert r.exit_code == 2 and len([line for line in r.output.splitlines() if line.strip()]) == 1, r.output
     assert not out.exists()

@@ -28,6 +28,13 @@ def test_pipeline_doc_holds_every_stages_preset_table(name, presets):
     assert presets.markdown() in DOC.read_text(), f"docs/PIPELINE.md: {name}'s table is stale (PRESETS.markdown())"
 
 
+def test_every_training_stage_has_presets():
+    # discovery finds a stage only when its PRESETS is a Presets: a stage that falls back to
+    # an ad-hoc table would silently drop out of the tests above
+    assert {"fit", "mipmap", "neural_material", "neural_texture", "ntc", "procedural"} <= {
+        name for name, _ in _stages_with_presets()}
+
+
 def test_every_tier_of_every_device_class_is_there():
     for name, presets in _stages_with_presets():
         assert {d: list(t) for d, t in presets.table.items()} == {
