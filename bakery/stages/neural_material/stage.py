@@ -28,18 +28,19 @@ from bakery.stages.neural_material.shader import generate_material_eval
 from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_record
 from bakery.materials import ROLES
 
-#: What ``auto`` means. CPU (lavapipe, 2 shared cores): production is the small bake the
-#: default pipeline runs (a 256^2 material in ~13 s warm; training ~50 ms/step at hidden
-#: 16, ~90 ms at 32); final (200 x 1024, hidden 32) ~30 s, +12 dB on bricks; the short CPU
-#: schedules train best at lr 0.02 (200 steps: +2 dB over 0.01). GPU: the H200 trains
-#: batch 2^16 at ~1 ms/step, so production (40000 steps) takes ~40 s, a third of issue 13's
-#: 2-minute budget, final ~80 s; lr 0.01 as bench/neural_material.py measured it.
+#: What ``auto`` means. CPU (lavapipe, 2 shared cores, bricks 256^2, warm caches): training
+#: costs ~11 ms/step at hidden 16 and the rest of the bake ~5 s, so production (600 steps)
+#: takes ~11 s for 22.1 dB where 60 steps gave 10.9 dB and 200 gave 16.8 (1500: 23.8 dB in
+#: 24 s); final doubles the widths. The short CPU schedules train best at lr 0.02 (+2 dB
+#: over 0.01 at 200 steps). GPU: the H200 trains batch 2^16 at ~1 ms/step, so production
+#: (40000 steps) takes ~40 s, a third of issue 13's 2-minute budget, final ~80 s; lr 0.01
+#: as bench/neural_material.py measured it.
 PRESETS = Presets({
-    "cpu": {"preview": {"steps": 30, "batch": 1024, "hidden": 16, "encoder_hidden": 16, "lr": 0.02,
-                        "eval_directions": 2},
-            "production": {"steps": 60, "batch": 1024, "hidden": 16, "encoder_hidden": 16, "lr": 0.02,
+    "cpu": {"preview": {"steps": 200, "batch": 1024, "hidden": 16, "encoder_hidden": 16, "lr": 0.02,
+                        "eval_directions": 4},
+            "production": {"steps": 600, "batch": 1024, "hidden": 16, "encoder_hidden": 16, "lr": 0.02,
                            "eval_directions": 4},
-            "final": {"steps": 200, "batch": 1024, "hidden": 32, "encoder_hidden": 32, "lr": 0.02,
+            "final": {"steps": 2000, "batch": 1024, "hidden": 32, "encoder_hidden": 32, "lr": 0.02,
                       "eval_directions": 8}},
     "gpu": {"preview": {"steps": 10000, "batch": 1 << 16, "hidden": 32, "encoder_hidden": 32, "lr": 0.01,
                         "eval_directions": 8},
