@@ -200,7 +200,9 @@ def filesystem_error(e: OSError) -> FilesystemError:
 @contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM (what CI sends when it cancels a job) ends a bake like Ctrl-C: staging
-    folders removed, the report written, exit 130."""
+    folders removed, the report written, exit 130. SIGINT does so even where the bake was
+    started with SIGINT ignored (a script's `bakery bake &` inherits SIG_IGN, so a later
+    `kill -INT` from the hook would otherwise do nothing)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -208,11 +210,13 @@ def sigterm_as_interrupt() -> Iterator[None]:
     def interrupt(signum, frame):
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous_term = signal.signal(signal.SIGTERM, interrupt)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, previous_term)
+        signal.signal(signal.SIGINT, previous_int)
 
 
 # -- bakery clean ----------------------------------------------------------------------
