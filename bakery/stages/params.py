@@ -141,7 +141,6 @@ class Presets:
                 out[name] = preset[name]
         return out
 
-
     def markdown(self) -> str:
         """The table as Markdown, one row per device class and tier: docs/PIPELINE.md's
         "Device-aware defaults" holds this text for every stage (a test keeps it current)."""
