@@ -70,7 +70,7 @@ class Device:
         return device_class_of(self.info.backend, self.info.adapter) + (":portable" if self.portable_forced else "")
 
     def defines(self) -> dict[str, str]:
-        return {"BAKERY_COOPVEC": "1" if self.coopvec else "0"}
+        return {"BAKERY_COOPVEC": "1" if self.coopvec else "0", "BAKERY_SOFTWARE": "1" if self.info.software else "0"}
 
     def kernel(self, source: str, entry: str):
         """Compiles entry point ``entry`` of a generated Slang source.
