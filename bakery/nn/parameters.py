@@ -115,6 +115,12 @@ def make_buffer(device, data: np.ndarray):
                                     data=data if data.nbytes >= 16 else np.pad(data.view(np.uint8), (0, 16 - data.nbytes)))
 
 
+#: Tiles of 64 samples each portable training workgroup runs on a CPU device, summing its
+#: threads' weight gradients in private memory before adding them: atomics cost lavapipe
+#: three quarters of a step, private memory is ordinary memory there (mlp_portable.slang).
+CPU_TILES_PER_GROUP = 8
+
+
 class ParameterStore:
     """Owns a network's parameter, gradient and optimizer buffers on one device."""
 
@@ -125,6 +131,7 @@ class ParameterStore:
         self.coopvec = device.coopvec
         self.input_gradients = input_gradients
         self.reduction = reduction or COOPVEC_REDUCTION
+        self.tiles_per_group = CPU_TILES_PER_GROUP if not self.coopvec and device.info.software else 1
         n = spec.param_count
         self.adam_m = make_buffer(device, np.zeros(n, np.float32))
         self.adam_v = make_buffer(device, np.zeros(n, np.float32))
@@ -201,7 +208,7 @@ class ParameterStore:
     def train_groups(self, batch: int) -> int:
         """Workgroups a training dispatch over ``batch`` samples runs (bk_train_groups)."""
         if not self.coopvec:
-            return -(-batch // 64)
+            return -(-batch // (64 * self.tiles_per_group))
         tiles = -(-batch // self.reduction.group)
         return tiles if self.reduction.mode == "splitk" else min(tiles, self.reduction.max_groups)
 
@@ -246,7 +253,11 @@ class ParameterStore:
     def defines(self) -> str:
         """Compile-time settings the network and optimizer code must agree on."""
         if not self.coopvec:
-            return ""
+            if self.tiles_per_group == 1:
+                return ""
+            return "".join(f"#define {k} {v}\n" for k, v in (
+                ("BK_PRIVATE_GRADS", 1), ("BK_TILES_PER_GROUP", self.tiles_per_group),
+                ("BK_PARAM_COUNT", self.spec.param_count)))
         red, layers = self.reduction, self.spec.layers
         return "".join(f"#define {k} {v}\n" for k, v in (
             ("BK_GROUP", red.group), ("BK_MAX_GROUPS", red.max_groups), ("BK_STAGE", red.stage),
