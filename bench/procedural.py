@@ -129,6 +129,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--nt-steps", type=int, default=3000, help="neural_texture baseline steps")
     ap.add_argument("--only", default="", help="comma-separated target names")
+    ap.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                    help="a stage param for every target (repeatable), after the preset's")
     ap.add_argument("--workers", type=int, default=1,
                     help="targets baked at once, each in its own process sharing the device (wall s per "
                          "target then includes the sharing)")
@@ -136,7 +138,7 @@ def main() -> None:
     a = ap.parse_args()
     size = 64 if a.small else a.size
     params = [f"quality={a.quality}"] + (["generations=1", "population=6", "restarts=2", "steps=80",
-                                          "refine_steps=100"] if a.small else [])
+                                          "refine_steps=100"] if a.small else []) + a.param
     nt_steps = 300 if a.small else a.nt_steps
     dev = open_device(a.device)
     print(f"device: {dev.info.adapter} ({dev.info.backend}, coopvec={dev.info.cooperative_vector}); "
