@@ -70,7 +70,7 @@ class Procedural(Stage):
         Param("refine_steps", int, AUTO, "steps of the final fit of the winner (0: none)", min=0, max=100_000),
         Param("lr", float, 0.02, "Adam learning rate (on unit-scaled parameters)", min=1e-6, max=1.0),
         Param("complexity_weight", float, 1e-4, "score = image loss + this x node count", min=0.0, max=1.0),
-        Param("texture_weight", float, 0.5, "weight of the texture-statistics term in the image loss",
+        Param("texture_weight", float, 5.0, "weight of the texture-statistics term in the image loss",
               min=0.0, max=1e4),
         Param("proposer", str, "builtin", "structure proposer: 'builtin' or 'cmd:COMMAND' (adds a command's programs)"),
     )
