@@ -29,9 +29,9 @@ from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_
 from bakery.materials import ROLES
 
 #: What ``auto`` means. CPU (lavapipe, 2 shared cores, bricks 256^2, warm caches): training
-#: costs ~11 ms/step at hidden 16 and the rest of the bake ~5 s, so production (600 steps)
-#: takes ~11 s for 22.1 dB where 60 steps gave 10.9 dB and 200 gave 16.8 (1500: 23.8 dB in
-#: 24 s); final doubles the widths. The short CPU schedules train best at lr 0.02 (+2 dB
+#: costs ~7 ms/step at hidden 16 and the rest of the bake ~5 s, so production (600 steps)
+#: takes ~10 s for 22.0 dB where 60 steps gave 10.9 dB and 200 gave 16.8 (1500: 23.8 dB);
+#: final doubles the widths. The short CPU schedules train best at lr 0.02 (+2 dB
 #: over 0.01 at 200 steps). GPU: the H200 trains batch 2^16 at ~1 ms/step, so production
 #: (40000 steps) takes ~40 s, a third of issue 13's 2-minute budget, final ~80 s; lr 0.01
 #: as bench/neural_material.py measured it.
