@@ -41,6 +41,29 @@ def test_weight_gradients_match_numpy(device, activation):
     assert _rel(got, ref) < 1e-4
 
 
+@pytest.mark.parametrize("private", [True, False], ids=["private-sums", "per-sample-adds"])
+def test_both_cpu_gradient_paths_match_numpy(device, monkeypatch, private):
+    """A CPU device sums a small network's weight gradients per thread over several tiles
+    before adding them, a large one's per sample; both give the reference gradient, over
+    several workgroups and a partial last one."""
+    if device.coopvec:
+        pytest.skip("fp32 reference check is for the portable backend")
+    import bakery.nn.parameters as parameters
+
+    monkeypatch.setattr(parameters, "CPU_PRIVATE_MAX_PARAMS", 1 << 30 if private else 0)
+    batch = 64 * (2 * parameters.CPU_TILES_PER_GROUP + 1)
+    spec = NetworkSpec(FrequencyEncoding(2, 2), (16, 8), 3, "tanh")
+    params = (spec.init_params(11) * 0.8).astype(np.float32)
+    image = np.random.default_rng(3).random((H, W, 3), dtype=np.float32)
+    trainer = Trainer(device, spec, TextureFit(device, image), TrainConfig(batch=batch, seed=SEED), params=params)
+    expected = parameters.CPU_TILES_PER_GROUP if private and device.info.software else 1
+    assert trainer.store.tiles_per_group == expected
+    got = trainer.accumulate_gradients()
+    t = batch_texels(SEED, 0, batch, W, H)
+    ref, _ = mse_gradients(spec, params, texel_uv(t, W, H), image.reshape(-1, 3)[t])
+    assert _rel(got, ref) < 1e-4
+
+
 @pytest.mark.parametrize("loss", ["l1", "relative_l2"])
 def test_loss_gradients_match_numpy(device, loss):
     if device.coopvec:
