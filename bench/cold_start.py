@@ -37,8 +37,13 @@ RUNS = {
 }
 
 
+#: Variables that would move a cache out of XDG_CACHE_HOME (and keep a "cold" run warm).
+CACHE_VARIABLES = ("MESA_SHADER_CACHE_DIR", "MESA_GLSL_CACHE_DIR", "MESA_SHADER_CACHE_DISABLE")
+
+
 def timed(cmd: list[str], cwd: Path, cache: Path) -> float:
-    env = dict(os.environ, XDG_CACHE_HOME=str(cache), PYTHONPATH=str(ROOT))
+    env = {k: v for k, v in os.environ.items() if k not in CACHE_VARIABLES}
+    env.update(XDG_CACHE_HOME=str(cache), PYTHONPATH=str(ROOT))
     t0 = time.perf_counter()
     done = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     wall = time.perf_counter() - t0
@@ -54,6 +59,9 @@ def main() -> None:
     ap.add_argument("--no-pipeline", action="store_true", help="skip the default pipeline's bake")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "cold_start.json")
     a = ap.parse_args()
+    unknown = sorted(set(a.stages.split(",")) - set(RUNS))
+    if unknown:
+        ap.error(f"--stages: unknown {', '.join(unknown)} (known: {', '.join(RUNS)})")
     py = sys.executable
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

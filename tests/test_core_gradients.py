@@ -51,13 +51,14 @@ def test_both_cpu_gradient_paths_match_numpy(device, monkeypatch, private):
     import bakery.nn.parameters as parameters
 
     monkeypatch.setattr(parameters, "CPU_PRIVATE_MAX_PARAMS", 1 << 30 if private else 0)
-    batch = 64 * (2 * parameters.CPU_TILES_PER_GROUP + 1)
+    batch = 64 * (parameters.CPU_MIN_GROUPS * parameters.CPU_TILES_PER_GROUP + 3) + 13  # ends in a partial tile
     spec = NetworkSpec(FrequencyEncoding(2, 2), (16, 8), 3, "tanh")
     params = (spec.init_params(11) * 0.8).astype(np.float32)
     image = np.random.default_rng(3).random((H, W, 3), dtype=np.float32)
     trainer = Trainer(device, spec, TextureFit(device, image), TrainConfig(batch=batch, seed=SEED), params=params)
     expected = parameters.CPU_TILES_PER_GROUP if private and device.info.software else 1
     assert trainer.store.tiles_per_group == expected
+    assert parameters.cpu_tiles_per_group(1024) == 2  # a small batch keeps CPU_MIN_GROUPS workgroups
     got = trainer.accumulate_gradients()
     t = batch_texels(SEED, 0, batch, W, H)
     ref, _ = mse_gradients(spec, params, texel_uv(t, W, H), image.reshape(-1, 3)[t])

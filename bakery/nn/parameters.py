@@ -118,25 +118,33 @@ def make_buffer(device, data: np.ndarray):
 #: Tiles of 64 samples each portable training workgroup runs on a CPU device, summing its
 #: threads' weight gradients in private memory before adding them: atomics cost lavapipe
 #: three quarters of a step, private memory is ordinary memory there (mlp_portable.slang).
-#: Up to CPU_PRIVATE_MAX_PARAMS: LLVM compiles a larger private array slowly (a 56k-parameter
-#: ntc decoder took 92 s for 5 steps, against 31 s with per-sample atomics; at 7.5k the
-#: private sums train 1.6x faster for 4 s more compile).
+#: At most CPU_TILES_PER_GROUP, and fewer where that would leave under CPU_MIN_GROUPS
+#: workgroups for the CPU's threads (from the batch alone, so results never depend on the
+#: machine's core count). Up to CPU_PRIVATE_MAX_PARAMS: LLVM compiles a larger private array
+#: slowly (a 56k-parameter ntc decoder took 92 s for 5 steps, against 31 s with per-sample
+#: atomics; at 7.5k the private sums train 1.6x faster for 4 s more compile).
 CPU_TILES_PER_GROUP = 8
+CPU_MIN_GROUPS = 8
 CPU_PRIVATE_MAX_PARAMS = 16384
+
+
+def cpu_tiles_per_group(batch: int) -> int:
+    """Tiles per workgroup of a CPU device's private gradient sums for ``batch`` samples."""
+    return max(1, min(CPU_TILES_PER_GROUP, -(-batch // 64) // CPU_MIN_GROUPS))
 
 
 class ParameterStore:
     """Owns a network's parameter, gradient and optimizer buffers on one device."""
 
     def __init__(self, device, spec: NetworkSpec, *, input_gradients: bool = True,
-                 reduction: CoopVecReduction | None = None):
+                 reduction: CoopVecReduction | None = None, batch: int = 1 << 16):
         self.device = device
         self.spec = spec
         self.coopvec = device.coopvec
         self.input_gradients = input_gradients
         self.reduction = reduction or COOPVEC_REDUCTION
         private = not self.coopvec and device.info.software and spec.param_count <= CPU_PRIVATE_MAX_PARAMS
-        self.tiles_per_group = CPU_TILES_PER_GROUP if private else 1
+        self.tiles_per_group = cpu_tiles_per_group(batch) if private else 1
         n = spec.param_count
         self.adam_m = make_buffer(device, np.zeros(n, np.float32))
         self.adam_v = make_buffer(device, np.zeros(n, np.float32))

@@ -82,7 +82,7 @@ class Trainer:
             if type(config.optimizer) is not Adam:
                 raise ValueError(f"{type(config.optimizer).__name__} trains plain parameter groups only; "
                                  "networks train with Adam")
-            self.store = ParameterStore(device, spec,
+            self.store = ParameterStore(device, spec, batch=config.batch,
                                         input_gradients=getattr(objective, "input_gradients", True))
             self.store.upload(spec.init_params(config.seed) if params is None else params)
             self.store.reset_loss_scale(self._loss_norm())
@@ -127,7 +127,7 @@ class Trainer:
     def _record_backward(self, encoder) -> None:
         c = self.config
         if self.store is not None:
-            # Persistent workgroups (see bakery/nn/mlp_coopvec.slang); portable: one tile each.
+            # Persistent workgroups (bakery/nn/mlp_coopvec.slang; portable: mlp_portable.slang).
             self.store.groups = self.store.train_groups(c.batch)
             threads = self.store.groups * (self.store.reduction.group if self.store.coopvec else GROUP)
             self.store.reserve_rows(threads)

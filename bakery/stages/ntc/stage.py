@@ -26,7 +26,7 @@ from bakery.stages.ntc.shader import LANGUAGES, generate_ntc_decoder
 from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_record
 
 #: What ``auto`` means. At ``production`` the CPU (lavapipe) row keeps a 256^2 set under a
-#: minute (27 s warm, 38 s with cold Slang and Mesa caches, on a shared 2-core machine), the
+#: minute (32 s warm, 42 s with cold Slang and Mesa caches, on a shared 2-core machine), the
 #: GPU row aims at production quality on a 2048^2 set in < 2 minutes (bench/ntc.py
 #: measures it). ``bc_refresh`` (BC mode) is the steps between BC4 re-encodes.
 PRESETS = Presets({
