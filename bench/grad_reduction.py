@@ -17,6 +17,7 @@ On a device without cooperative vectors only the portable backend runs (a smoke 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -34,6 +35,7 @@ from bakery.nn.network import NetworkSpec  # noqa: E402
 from bakery.nn.optimizers import Adam  # noqa: E402
 from bakery.nn.trainer import TrainConfig, Trainer  # noqa: E402
 from bakery.stages.neural_texture.objective import TextureFit  # noqa: E402
+from bench.step_profile import StepProfile  # noqa: E402
 from bench.train_texture import float_psnr, procedural_target  # noqa: E402
 from tests.reference import batch_texels, mse_gradients, texel_uv  # noqa: E402
 
@@ -47,10 +49,17 @@ VARIANTS = {
     "splitk-256x264": R(mode="splitk"),
     "splitk-256x264 unroll 4": R(mode="splitk", unroll=4),
     "splitk-256x264 unroll 8": R(mode="splitk", unroll=8),
+    "splitk mma, 64 groups/layer": R(mode="splitk", reduce="mma", reduce_groups=64),
+    "splitk mma, 132 groups/layer": R(mode="splitk", reduce="mma", reduce_groups=132),
+    "splitk mma, 264 groups/layer": R(mode="splitk", reduce="mma"),
+    "splitk mma 128-thread, 132 groups/layer": R(group=128, stage=64, mode="splitk", reduce="mma", reduce_groups=132),
+    "diag: splitk stores, no reduction (wrong)": R(mode="splitk", reduce="mma", skip_sums=True),
+    "diag: splitk no stores, no reduction (wrong)": R(mode="splitk", reduce="mma", staging="none", skip_sums=True),
     "diag: no sums (wrong grads)": R(skip_sums=True),
     "diag: no staging, no sums (wrong)": R(staging="none", skip_sums=True),
 }
 WARMUP = 20
+PROFILED_STEPS = 20
 
 
 def layer_errors(spec, got, ref) -> list[float]:
@@ -77,10 +86,18 @@ def run_variant(a, dev, spec, target, params, ref, name, reduction) -> dict:
     tr.train()
     dt = (time.perf_counter() - t0) / a.steps
     psnr = float_psnr(obj.decode(tr), target)
+    phases = {}
+    try:  # GPU time per phase over a few more steps (not part of the PSNR)
+        tr.profiler = StepProfile(dev, 5 * PROFILED_STEPS)
+        tr.config = dataclasses.replace(cfg, steps=tr.step + PROFILED_STEPS)
+        tr.train()
+        phases = tr.profiler.phases()
+    except Exception as e:  # noqa: BLE001 - a device without timestamp queries
+        phases = {"unavailable": str(e)[:100]}
     return {"variant": name, "reduction": None if reduction is None else reduction.__dict__,
             "ms_per_step": round(dt * 1e3, 4), "samples_per_s": round(a.batch / dt),
             "grad_rel_err_per_layer": [float(f"{e:.3g}") for e in errs], "psnr_db": round(psnr, 3),
-            "loss_scale_end": tr.store.loss_scale(), "setup_s": round(compile_s, 2)}
+            "loss_scale_end": tr.store.loss_scale(), "setup_s": round(compile_s, 2), "gpu_us_per_phase": phases}
 
 
 def main() -> int:
@@ -120,13 +137,17 @@ def main() -> int:
         except Exception as e:  # noqa: BLE001 - report the variant and go on with the others
             rows.append({"variant": name, "error": str(e)[:500]})
         print(json.dumps(rows[-1]), flush=True)
-    print(f"\n{'variant':42} {'ms/step':>8} {'Msamp/s':>8} {'PSNR':>6}  grad rel. err per layer")
+    print(f"\n{'variant':44} {'ms/step':>8} {'Msamp/s':>8} {'PSNR':>6}  {'GPU us: train/reduce/optim':27} "
+          "grad rel. err per layer")
     for r in rows:
         if "error" in r:
-            print(f"{r['variant']:42} failed: {r['error'][:80]}")
+            print(f"{r['variant']:44} failed: {r['error'][:80]}")
             continue
         errs = " ".join(f"{e:.1e}" for e in r["grad_rel_err_per_layer"])
-        print(f"{r['variant']:42} {r['ms_per_step']:8.3f} {r['samples_per_s'] / 1e6:8.1f} {r['psnr_db']:6.2f}  {errs}")
+        ph = r["gpu_us_per_phase"]
+        gpu = "/".join(str(ph.get(k, "-")) for k in ("train_step", "reduce", "optimizer"))
+        print(f"{r['variant']:44} {r['ms_per_step']:8.3f} {r['samples_per_s'] / 1e6:8.1f} {r['psnr_db']:6.2f}  "
+              f"{gpu:27} {errs}")
     good = [r for r in rows if "error" not in r and r["reduction"] and not r["reduction"]["skip_sums"]
             and r["reduction"]["staging"] != "none" and max(r["grad_rel_err_per_layer"]) < 1e-2]
     best = min(good, key=lambda r: r["ms_per_step"]) if good else None

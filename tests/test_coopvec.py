@@ -35,9 +35,19 @@ def test_coopvec_forward_matches_reference(coopvec_device):
     assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 5e-3
 
 
-@pytest.mark.parametrize("batch", [BATCH, 1 << 18])
-def test_coopvec_gradients_match_reference(coopvec_device, batch):
-    """Per layer, at a small and a production batch (fp32 sums, no 1/batch in fp16)."""
+@pytest.mark.parametrize("reduction", ["default", "splitk-mma"])
+@pytest.mark.parametrize("batch", [BATCH, 1 << 18, 1000])
+def test_coopvec_gradients_match_reference(coopvec_device, batch, reduction, monkeypatch):
+    """Per layer, at a small, a production and a ragged batch (fp32 sums, no 1/batch in
+    fp16), with the default reduction and with split-K on cooperative matrices."""
+    import slangpy as spy
+
+    from bakery.nn import parameters
+
+    if reduction == "splitk-mma":
+        if not coopvec_device.spy.has_feature(spy.Feature.cooperative_matrix):
+            pytest.skip("the device has no cooperative matrices")
+        monkeypatch.setattr(parameters, "COOPVEC_REDUCTION", parameters.CoopVecReduction(mode="splitk", reduce="mma"))
     spec, params, image, obj, _ = _setup(coopvec_device, "leaky_relu")
     trainer = Trainer(coopvec_device, spec, obj, TrainConfig(batch=batch, seed=SEED), params=params)
     got = trainer.accumulate_gradients()

@@ -38,8 +38,12 @@ class CoopVecReduction:
     stores into fp16 rows; "elements": one element at a time; "packed": pairs packed in
     words, read 16 bytes at a time); ``vector_activations``: activations as CoopVec
     operations rather than element loops; ``unroll``: split-K samples whose loads are
-    issued together. ``staging`` "none" and ``skip_sums`` leave out the staging and the
-    per-thread sums (wrong gradients): bench/grad_reduction.py times the parts with them.
+    issued together; ``reduce``: how split-K sums the stored rows ("rows": each thread its
+    weights, sample by sample; "mma": tiled products on cooperative matrices, which needs
+    the device's Feature.cooperative_matrix); ``reduce_groups``: split-K's reduction
+    workgroups per layer (0: ``max_groups``). ``staging`` "none" and ``skip_sums`` leave
+    out the staging and the per-thread sums (wrong gradients; in split-K mode, the row
+    stores and the reduction dispatch): bench/grad_reduction.py times the parts with them.
     """
 
     group: int = 256
@@ -50,6 +54,8 @@ class CoopVecReduction:
     vector_activations: bool = True
     skip_sums: bool = False
     unroll: int = 1  # split-K: samples whose loads the reduction issues together
+    reduce: str = "rows"
+    reduce_groups: int = 0
 
     @property
     def chunked(self) -> bool:
@@ -63,6 +69,21 @@ class CoopVecReduction:
             raise ValueError(f"unknown staging {self.staging!r}")
         if self.group % self.stage:
             raise ValueError("group must be a multiple of stage")
+        if self.reduce not in ("rows", "mma") or (self.reduce == "mma" and self.mode != "splitk"):
+            raise ValueError(f"reduce {self.reduce!r}: 'rows', or 'mma' with mode 'splitk'")
+        if self.reduce == "mma" and self.group % 64:
+            raise ValueError("reduce 'mma' needs a workgroup of a multiple of 64 threads")
+
+    @property
+    def split_k_groups(self) -> int:
+        """Workgroups per layer of the split-K reduction dispatch."""
+        return self.reduce_groups or self.max_groups
+
+    @property
+    def row_align(self) -> int:
+        """Halfs each layer's x or dy segment of a stored row is padded to: whole 16 x 16
+        tiles for the cooperative-matrix reduction, 16-byte groups otherwise."""
+        return 16 if self.reduce == "mma" else 8
 
 
 #: The reduction every ParameterStore uses unless given another (benchmarks vary it).
@@ -198,8 +219,9 @@ class ParameterStore:
             weight_pos[l.bias_offset:l.bias_offset + l.n_out] = bo + 2 * np.arange(l.n_out)
             w16 = bo + 2 * l.n_out
             dx = int(self.input_gradients or k > 0)
-            xo, do = row, row + 2 * _align(l.n_in, 8)  # this layer's x and dy in a g_acts row
-            row = do + 2 * _align(l.n_out, 8)
+            pad = red.row_align
+            xo, do = row, row + 2 * _align(l.n_in, pad)  # this layer's x and dy in a g_acts row
+            row = do + 2 * _align(l.n_out, pad)
             self.linear_args.append(f"{wo}, {bo}, {l.weight_offset}, {l.bias_offset}, {acc}, {dx}, {xo}, {do}")
             acc += _inputs_per_thread(l.n_in, l.n_out, red.group, red.chunked) + 1  # and the bias
         self.acc_count = acc
@@ -280,7 +302,7 @@ class ParameterStore:
             ("BK_MAX_OUT", max(l.n_out for l in layers)),
             ("BK_STAGING", STAGINGS[red.staging]),
             ("BK_VEC_ACT", int(red.vector_activations)), ("BK_SKIP_SUMS", int(red.skip_sums)),
-            ("BK_REDUCE_UNROLL", red.unroll)))
+            ("BK_REDUCE_UNROLL", red.unroll), ("BK_REDUCE_MMA", int(red.reduce == "mma"))))
 
     def network_vars(self) -> dict:
         """Bindings the network's forward/backward pass reads and accumulates into."""

@@ -99,6 +99,7 @@ class Trainer:
             self._adam_plain = device.kernel(config.optimizer.plain_defines() + '#include "nn/adam_plain.slang"\n',
                                              "adam_plain_step")
         self.step = 0
+        self.profiler = None  # benchmarks: called as (encoder, phase) after each phase of a step
 
     def kernel(self, entry: str):
         """Another entry point of the objective's program (e.g. its decode kernel)."""
@@ -138,15 +139,23 @@ class Trainer:
             prepass(encoder, self.step, c.seed)
         self._train.dispatch([threads, 1, 1], vars=self._vars(), command_encoder=encoder,
                              u=self.objective.uniforms(self.step, c.batch, c.seed))
-        if self._reduce is not None:
+        self._mark(encoder, "train_step")
+        if self._reduce is not None and not self.store.reduction.skip_sums:
             red = self.store.reduction
-            groups = max(1, min(red.max_groups, -(-c.batch // red.group)))
+            groups = max(1, min(red.split_k_groups, -(-c.batch // red.group)))
             self._reduce.dispatch([groups * red.group, len(self.spec.layers), 1], vars=self._vars(),
                                   command_encoder=encoder, batch=c.batch, groups=groups)
+            self._mark(encoder, "reduce")
 
     def _record_step(self, encoder) -> None:
+        self._mark(encoder, "start")
         self._record_backward(encoder)
         self._record_update(encoder)
+
+    def _mark(self, encoder, phase: str) -> None:
+        """Tells the optional ``profiler`` (benchmarks: GPU timestamps) a phase ended."""
+        if self.profiler is not None:
+            self.profiler(encoder, phase)
 
     def _record_update(self, encoder) -> None:
         c = self.config
@@ -159,6 +168,7 @@ class Trainer:
             self._scale.dispatch([1, 1, 1], vars=self.store.optimizer_vars(), command_encoder=encoder,
                                  norm=self.store.loss_norm, interval=float(LOSS_SCALE_INTERVAL),
                                  max_scale=LOSS_SCALE_MAX)
+            self._mark(encoder, "optimizer")
         elif self.store is not None:
             n = self.spec.param_count
             self._adam.dispatch([n, 1, 1], vars=self.store.optimizer_vars(), command_encoder=encoder,

@@ -1,0 +1,35 @@
+"""GPU time per phase of a training step (Vulkan timestamps), for benchmarks.
+
+Set an instance as ``Trainer.profiler``: the trainer calls it after each phase it records
+("start", "train_step", "reduce" on split-K, "optimizer"), and it writes a timestamp
+there. ``phases()`` then gives the mean microseconds each phase took per step: the time
+from the previous mark to its own.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+
+class StepProfile:
+    def __init__(self, device, marks: int):
+        import slangpy as spy
+
+        self.pool = device.spy.create_query_pool(type=spy.QueryType.timestamp, count=marks)
+        self.capacity, self.labels = marks, []
+
+    def __call__(self, encoder, phase: str) -> None:
+        if len(self.labels) < self.capacity:
+            encoder.write_timestamp(self.pool, len(self.labels))
+            self.labels.append(phase)
+
+    def phases(self) -> dict[str, float]:
+        """Mean µs per step of each phase (steps = the number of "start" marks)."""
+        t = np.array(self.pool.get_timestamp_results(0, len(self.labels)), np.float64)
+        total, steps = defaultdict(float), max(1, self.labels.count("start"))
+        for k in range(1, len(self.labels)):
+            if self.labels[k] != "start":
+                total[self.labels[k]] += t[k] - t[k - 1]
+        return {name: round(v / steps * 1e6, 1) for name, v in total.items()}
