@@ -54,6 +54,8 @@ class Device:
         # ``portable`` compiles the fp32 backend even where CoopVec exists (reference runs).
         self.coopvec = bool(spy_device.has_feature(spy.Feature.cooperative_vector)) and not portable
         self.portable_forced = portable
+        # Cooperative matrices (tensor-core tiles) sum the CoopVec backend's weight gradients.
+        self.coopmat = self.coopvec and bool(spy_device.has_feature(spy.Feature.cooperative_matrix))
         self.info = DeviceInfo(backend=backend, adapter=spy_device.info.adapter_name,
                                cooperative_vector=self.coopvec,
                                software=bool(spy_device.has_feature(spy.Feature.software_device)))

@@ -41,7 +41,7 @@ from tests.reference import batch_texels, mse_gradients, texel_uv  # noqa: E402
 
 R = parameters.CoopVecReduction
 VARIANTS = {
-    "slices-256x264 (default)": R(),
+    "slices-256x264 (no cooperative matrices)": R(),
     "atomic-256x264": R(mode="atomic"),
     "slices-256x132": R(max_groups=132),
     "slices-256x264 element staging": R(staging="elements"),
@@ -49,6 +49,15 @@ VARIANTS = {
     "splitk-256x264": R(mode="splitk"),
     "splitk-256x264 unroll 4": R(mode="splitk", unroll=4),
     "splitk-256x264 unroll 8": R(mode="splitk", unroll=8),
+    "splitk mma, 132, unroll 2": R(mode="splitk", reduce="mma", reduce_groups=132, unroll=2),
+    "splitk mma, 132, unroll 4": R(mode="splitk", reduce="mma", reduce_groups=132, unroll=4),
+    "splitk mma, 132, transposed copy": R(mode="splitk", reduce="mma", reduce_groups=132, transposed_copy=True),
+    "splitk mma, 132, unroll 2, transposed copy": R(mode="splitk", reduce="mma", reduce_groups=132, unroll=2,
+                                                    transposed_copy=True),
+    "splitk mma 128-thread, 132, transposed copy": R(group=128, mode="splitk", reduce="mma", reduce_groups=132,
+                                                     transposed_copy=True),
+    "diag: splitk no stores, transposed copy (wrong)": R(mode="splitk", reduce="mma", staging="none", skip_sums=True,
+                                                        transposed_copy=True),
     "splitk mma, 64 groups/layer": R(mode="splitk", reduce="mma", reduce_groups=64),
     "splitk mma, 132 groups/layer": R(mode="splitk", reduce="mma", reduce_groups=132),
     "splitk mma, 264 groups/layer": R(mode="splitk", reduce="mma"),
@@ -108,7 +117,7 @@ def main() -> int:
     p.add_argument("--size", type=int, default=1024)
     p.add_argument("--lr", type=float, default=5e-3)
     p.add_argument("--steps-per-submit", type=int, default=50)
-    p.add_argument("--only", default="", help="comma-separated variant names (prefixes)")
+    p.add_argument("--only", default="", help="variant names (prefixes), separated by ';'")
     p.add_argument("--small", action="store_true", help="tiny CPU-sized job (batch 4096, 128^2, 20 steps)")
     p.add_argument("--out", default=str(ROOT / "bench" / "out" / "grad_reduction.json"))
     a = p.parse_args()
@@ -126,7 +135,7 @@ def main() -> int:
           f"{WARMUP} warm-up + {a.steps} timed steps, {a.steps_per_submit} steps per submit", flush=True)
     variants = VARIANTS if dev.coopvec else {"portable": None}
     if a.only:
-        keys = a.only.split(",")
+        keys = a.only.split(";")
         variants = {k: v for k, v in variants.items() if any(k.startswith(x) for x in keys)}
     rows = []
     if dev.coopvec:  # GPU clocks start idle: a throw-away run first, so no variant pays the ramp-up

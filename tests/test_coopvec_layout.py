@@ -86,6 +86,35 @@ def test_upload_places_fp16_weights_by_the_layout(store):
     assert (store.download() == params).all()
 
 
+def test_transposed_copies_hold_the_transposed_weights():
+    """transposed_copy: each layer whose input gradient is used also holds W^T in its own
+    layout, after every layer's W (the optimizer updates W and then copies from there)."""
+    spec = NetworkSpec(FrequencyEncoding(2, 3), (24, 40), 3)
+    store = ParameterStore(_FakeDevice(), spec, input_gradients=False,
+                           reduction=CoopVecReduction(transposed_copy=True))
+    params = spec.init_params(5)
+    store.upload(params)
+    w16 = store.weights16.to_numpy().view(np.float16)
+    owner = store.half_owner.to_numpy().view(np.uint32)
+    for k, l in enumerate(spec.layers):
+        args = [int(v) for v in store.linear_args[k].split(", ")]
+        wo, wt = args[0], args[8]
+        if k == 0:  # nothing reads the network's input gradient: no copy
+            assert wt == wo
+            continue
+        assert wt >= store.copy_begin
+        r, c = _padded(l.n_in, l.n_out)
+        block = w16[wt // 2: wt // 2 + r * c].reshape(c, r).T
+        w = params[l.weight_offset:l.bias_offset].reshape(l.n_out, l.n_in)
+        np.testing.assert_array_equal(block[:l.n_in, :l.n_out], w.T.astype(np.float16))
+        assert (np.sort(owner[wt // 2: wt // 2 + r * c])[:l.n_out * l.n_in]
+                == np.arange(l.weight_offset, l.bias_offset)).all()
+    # the optimizer's words (before copy_begin) own each parameter exactly once
+    main = owner[: store.copy_begin // 2]
+    assert np.array_equal(np.sort(main[main != 0xFFFFFFFF]), np.arange(spec.param_count))
+    assert store.weight_words * 4 == store.copy_begin and store.copy_words > 0
+
+
 def test_gradient_slices_sum_and_unscale():
     spec = NetworkSpec(FrequencyEncoding(2, 3), (24, 40), 3)
     store = ParameterStore(_FakeDevice(), spec, reduction=CoopVecReduction(mode="slices"))

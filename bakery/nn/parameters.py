@@ -41,7 +41,9 @@ class CoopVecReduction:
     issued together; ``reduce``: how split-K sums the stored rows ("rows": each thread its
     weights, sample by sample; "mma": tiled products on cooperative matrices, which needs
     the device's Feature.cooperative_matrix); ``reduce_groups``: split-K's reduction
-    workgroups per layer (0: ``max_groups``). ``staging`` "none" and ``skip_sums`` leave
+    workgroups per layer (0: ``max_groups``); ``transposed_copy``: the backward pass
+    multiplies by a stored transposed copy of each weight matrix (written after each
+    update) rather than by the matrix transposed inside the product. ``staging`` "none" and ``skip_sums`` leave
     out the staging and the per-thread sums (wrong gradients; in split-K mode, the row
     stores and the reduction dispatch): bench/grad_reduction.py times the parts with them.
     """
@@ -56,6 +58,7 @@ class CoopVecReduction:
     unroll: int = 1  # split-K: samples whose loads the reduction issues together
     reduce: str = "rows"
     reduce_groups: int = 0
+    transposed_copy: bool = False
 
     @property
     def chunked(self) -> bool:
@@ -86,8 +89,17 @@ class CoopVecReduction:
         return 16 if self.reduce == "mma" else 8
 
 
-#: The reduction every ParameterStore uses unless given another (benchmarks vary it).
-COOPVEC_REDUCTION = CoopVecReduction()
+#: The reduction every ParameterStore uses unless given another (benchmarks set it);
+#: None: default_reduction(device).
+COOPVEC_REDUCTION: CoopVecReduction | None = None
+
+
+def default_reduction(device) -> CoopVecReduction:
+    """The fastest correct design measured (bench/grad_reduction.py, bench/RESULTS.md):
+    split-K on cooperative matrices where the device has them, else per-workgroup slices."""
+    if getattr(device, "coopmat", False):
+        return CoopVecReduction(mode="splitk", reduce="mma", reduce_groups=132)
+    return CoopVecReduction()
 
 
 def use_reduction(spec: str) -> CoopVecReduction:
@@ -163,7 +175,7 @@ class ParameterStore:
         self.spec = spec
         self.coopvec = device.coopvec
         self.input_gradients = input_gradients
-        self.reduction = reduction or COOPVEC_REDUCTION
+        self.reduction = reduction or COOPVEC_REDUCTION or default_reduction(device)
         private = not self.coopvec and device.info.software and spec.param_count <= CPU_PRIVATE_MAX_PARAMS
         self.tiles_per_group = cpu_tiles_per_group(batch) if private else 1
         n = spec.param_count
@@ -208,7 +220,7 @@ class ParameterStore:
         spec, red = self.spec, self.reduction
         weight_pos = np.zeros(spec.param_count, np.uint32)
         w16 = acc = row = 0
-        self.linear_args = []
+        layout = []  # per layer: Linear's template arguments after I, O
         for k, l in enumerate(spec.layers):
             if l.n_out > red.group:
                 raise ValueError(f"layer {k}: {l.n_out} outputs exceed the {red.group}-thread workgroup")
@@ -222,8 +234,22 @@ class ParameterStore:
             pad = red.row_align
             xo, do = row, row + 2 * _align(l.n_in, pad)  # this layer's x and dy in a g_acts row
             row = do + 2 * _align(l.n_out, pad)
-            self.linear_args.append(f"{wo}, {bo}, {l.weight_offset}, {l.bias_offset}, {acc}, {dx}, {xo}, {do}")
+            layout.append([wo, bo, l.weight_offset, l.bias_offset, acc, dx, xo, do, wo])
             acc += _inputs_per_thread(l.n_in, l.n_out, red.group, red.chunked) + 1  # and the bias
+        # Transposed copies (transposed_copy) after every layer's own weights, so that the
+        # optimizer updates the words before copy_begin and then copies the rest.
+        copy_pos = np.full(spec.param_count, -1, np.int64)
+        self.copy_begin = _align(w16, 64)
+        w16 = self.copy_begin
+        for k, l in enumerate(spec.layers):
+            if red.transposed_copy and layout[k][5]:
+                tpos, tsize = self._positions(l.n_in, l.n_out, np.float16)  # W^T: n_in x n_out
+                to = _align(w16, 64)
+                o, i = np.divmod(np.arange(l.n_out * l.n_in), l.n_in)  # canonical o * n_in + i
+                copy_pos[l.weight_offset:l.bias_offset] = to + 2 * tpos[i * l.n_out + o]
+                layout[k][8] = to
+                w16 = to + tsize
+        self.linear_args = [", ".join(str(v) for v in args) for args in layout]
         self.acc_count = acc
         self.row_bytes = row
         self.acts = make_buffer(self.device, np.zeros(row * red.group, np.uint8))
@@ -231,7 +257,11 @@ class ParameterStore:
         self.weights16 = make_buffer(self.device, np.zeros(_align(w16, 16), np.uint8))
         half_owner = np.full(self.weights16.size // 2, 0xFFFFFFFF, np.uint32)
         half_owner[weight_pos // 2] = np.arange(spec.param_count, dtype=np.uint32)
-        self.weight_words = self.weights16.size // 4
+        copied = np.flatnonzero(copy_pos >= 0)
+        half_owner[copy_pos[copied] // 2] = copied
+        self.copy_pos_host = copy_pos
+        self.weight_words = self.copy_begin // 4                        # updated by adam_step
+        self.copy_words = (self.weights16.size - self.copy_begin) // 4  # copied after it
         slices = red.max_groups if red.mode == "slices" else 1
         self.grad_parts = make_buffer(self.device, np.zeros(slices * spec.param_count, np.float32))
         self.master = make_buffer(self.device, np.zeros(spec.param_count, np.float32))
@@ -268,6 +298,8 @@ class ParameterStore:
             self.master.copy_from_numpy(canonical)
             w = np.zeros(self.weights16.size // 2, np.float16)
             w[self.weight_pos_host // 2] = canonical.astype(np.float16)
+            copied = np.flatnonzero(self.copy_pos_host >= 0)
+            w[self.copy_pos_host[copied] // 2] = canonical[copied].astype(np.float16)
             self.weights16.copy_from_numpy(w)
         else:
             self.params.copy_from_numpy(canonical)
@@ -302,7 +334,8 @@ class ParameterStore:
             ("BK_MAX_OUT", max(l.n_out for l in layers)),
             ("BK_STAGING", STAGINGS[red.staging]),
             ("BK_VEC_ACT", int(red.vector_activations)), ("BK_SKIP_SUMS", int(red.skip_sums)),
-            ("BK_REDUCE_UNROLL", red.unroll), ("BK_REDUCE_MMA", int(red.reduce == "mma"))))
+            ("BK_REDUCE_UNROLL", red.unroll), ("BK_REDUCE_MMA", int(red.reduce == "mma")),
+            ("BK_TRANSPOSED_COPY", int(red.transposed_copy))))
 
     def network_vars(self) -> dict:
         """Bindings the network's forward/backward pass reads and accumulates into."""

@@ -165,9 +165,10 @@ class Trainer:
             self._adam.dispatch([words, 1, 1], vars=self.store.optimizer_vars(), command_encoder=encoder,
                                 u=c.optimizer.uniforms(self.step + 1, lr, n, 1.0), words=words,
                                 slices=self.store.groups)
-            self._scale.dispatch([1, 1, 1], vars=self.store.optimizer_vars(), command_encoder=encoder,
-                                 norm=self.store.loss_norm, interval=float(LOSS_SCALE_INTERVAL),
-                                 max_scale=LOSS_SCALE_MAX)
+            self._scale.dispatch([max(1, self.store.copy_words), 1, 1], vars=self.store.optimizer_vars(),
+                                 command_encoder=encoder, norm=self.store.loss_norm,
+                                 interval=float(LOSS_SCALE_INTERVAL), max_scale=LOSS_SCALE_MAX,
+                                 copy_begin=self.store.weight_words, copy_words=self.store.copy_words)
             self._mark(encoder, "optimizer")
         elif self.store is not None:
             n = self.spec.param_count
