@@ -24,7 +24,11 @@ def network_source(spec: NetworkSpec, linear_args: list[str], name: str = "Netwo
     """
     last = len(spec.layers)
     linears = [f"Linear<{l.n_in}, {l.n_out}, {linear_args[k]}>" for k, l in enumerate(spec.layers)]
-    body = [f"        let h0 = bk_to_vec<{spec.encoding.n_outputs}>({spec.encoding.slang_type()}.eval(x));"]
+    # CoopVec's Linear arguments carry DX (is the layer's input gradient used?) sixth: the
+    # first layer's says whether bk_to_vec's backward must produce the network's.
+    first = linear_args[0].split(", ")
+    grad = first[5] if len(first) > 5 else "1"
+    body = [f"        let h0 = bk_to_vec<{spec.encoding.n_outputs}, {grad}>({spec.encoding.slang_type()}.eval(x));"]
     for k, layer in enumerate(spec.layers):
         act = activations.get(layer.activation).slang
         body.append(f"        let h{k + 1} = bk_activate<{act}, {layer.n_out}>("
