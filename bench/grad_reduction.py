@@ -49,6 +49,7 @@ VARIANTS = {
     "splitk-256x264": R(mode="splitk"),
     "splitk-256x264 unroll 4": R(mode="splitk", unroll=4),
     "splitk-256x264 unroll 8": R(mode="splitk", unroll=8),
+    "splitk mma, 132, one tile per workgroup": R(mode="splitk", reduce="mma", reduce_groups=132, max_groups=1 << 16),
     "splitk mma, 132, unroll 2": R(mode="splitk", reduce="mma", reduce_groups=132, unroll=2),
     "splitk mma, 132, unroll 4": R(mode="splitk", reduce="mma", reduce_groups=132, unroll=4),
     "splitk mma, 132, transposed copy": R(mode="splitk", reduce="mma", reduce_groups=132, transposed_copy=True),

@@ -274,11 +274,11 @@ class ParameterStore:
         """Workgroups a training dispatch over ``batch`` samples runs (bk_train_groups)."""
         if not self.coopvec:
             return -(-batch // (64 * self.tiles_per_group))
-        tiles = -(-batch // self.reduction.group)
-        return tiles if self.reduction.mode == "splitk" else min(tiles, self.reduction.max_groups)
+        return min(-(-batch // self.reduction.group), self.reduction.max_groups)
 
-    def reserve_rows(self, rows: int) -> None:
-        """Split-K mode: room for ``rows`` samples' stored activations."""
+    def reserve_rows(self, batch: int) -> None:
+        """Split-K mode: room for the stored activations of ``batch`` samples' whole tiles."""
+        rows = -(-batch // self.reduction.group) * self.reduction.group
         if self.coopvec and self.reduction.mode == "splitk" and self.acts.size < rows * self.row_bytes:
             self.acts = make_buffer(self.device, np.zeros(rows * self.row_bytes, np.uint8))
 

@@ -131,7 +131,7 @@ class Trainer:
             # Persistent workgroups (bakery/nn/mlp_coopvec.slang; portable: mlp_portable.slang).
             self.store.groups = self.store.train_groups(c.batch)
             threads = self.store.groups * (self.store.reduction.group if self.store.coopvec else GROUP)
-            self.store.reserve_rows(threads)
+            self.store.reserve_rows(c.batch)
         else:
             threads = (c.batch + GROUP - 1) // GROUP * GROUP
         prepass = getattr(self.objective, "record_prepass", None)
