@@ -98,7 +98,7 @@ def default_reduction(device) -> CoopVecReduction:
     """The fastest correct design measured (bench/grad_reduction.py, bench/RESULTS.md):
     split-K on cooperative matrices where the device has them, else per-workgroup slices."""
     if getattr(device, "coopmat", False):
-        return CoopVecReduction(mode="splitk", reduce="mma", reduce_groups=132)
+        return CoopVecReduction(mode="splitk", reduce="mma", reduce_groups=132, unroll=2)
     return CoopVecReduction()
 
 
