@@ -21,8 +21,10 @@ from bakery.materials import ROLES
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZE = 64
+# Explicit budget and code width: the same small bake on a CPU and on a GPU (whose preset
+# picks 2-bit codes, which need more than 200 steps to decode a flat map near-exact).
 SMALL = ["--param", "bpp=18", "--param", "steps=200", "--param", "batch=4096", "--param", "hidden=16",
-         "--param", "layers=1", "--param", "latent_lr=0.05", "--param", "lr=0.01"]
+         "--param", "layers=1", "--param", "latent_lr=0.05", "--param", "lr=0.01", "--param", "latent_bits=4"]
 
 
 def _material(folder: Path, size: int = SIZE) -> Path:
