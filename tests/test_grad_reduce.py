@@ -9,22 +9,29 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bakery.nn.codegen import network_source
-from bakery.nn.encodings import FrequencyEncoding
+from bakery.nn.codegen import program_source
+from bakery.nn.encodings import FrequencyEncoding, IdentityEncoding
 from bakery.nn.network import NetworkSpec
 from bakery.nn.parameters import CoopVecReduction, ParameterStore, make_buffer
+from bakery.nn.stack import NetworkStack
 from tests.test_coopvec_layout import _FakeDevice
 
 
 @pytest.mark.parametrize("group,groups,unroll,reduce", [
     (256, 3, 1, "rows"), (128, 5, 4, "rows"), (256, 7, 8, "rows"),
     (256, 3, 1, "mma"), (128, 5, 2, "mma"), (64, 2, 1, "mma"), (256, 7, 4, "mma")])
-def test_split_k_reduction_matches_numpy(device, group, groups, unroll, reduce):
+@pytest.mark.parametrize("stacked", [False, True])
+def test_split_k_reduction_matches_numpy(device, group, groups, unroll, reduce, stacked):
+    """Every layer's dW and db, also for a stack of networks (each network reduces its own
+    layers, found by their index in the whole store)."""
     import slangpy as spy
 
     if reduce == "mma" and not device.spy.has_feature(spy.Feature.cooperative_matrix):
         pytest.skip("the device has no cooperative matrices")
     spec = NetworkSpec(FrequencyEncoding(2, 3), (24, 40), 3)  # odd widths: padded rows and chunks
+    if stacked:
+        spec = NetworkStack((("Encoder", NetworkSpec(FrequencyEncoding(2, 3), (24,), 8)),
+                             ("Network", NetworkSpec(IdentityEncoding(8), (40,), 3))))
     store = ParameterStore(_FakeDevice(), spec,
                            reduction=CoopVecReduction(group=group, mode="splitk", unroll=unroll, reduce=reduce))
     batch = 1000
@@ -45,8 +52,8 @@ def test_split_k_reduction_matches_numpy(device, group, groups, unroll, reduce):
         xs.append(x.astype(np.float64))
         dys.append(dy.astype(np.float64))
     source = (store.defines() + "#define BAKERY_COOPVEC 1\n" + '#include "nn/mlp.slang"\n'
-              + network_source(spec, store.linear_args) + '#include "nn/grad_reduce.slang"\n')
-    module = device.spy.load_module_from_source(f"grad_reduce_test_{group}_{unroll}_{reduce}", source)
+              + program_source(spec, store.linear_args) + '#include "nn/grad_reduce.slang"\n')
+    module = device.spy.load_module_from_source(f"grad_reduce_test_{group}_{unroll}_{reduce}_{stacked}", source)
     kernel = device.spy.create_compute_kernel(
         device.spy.link_program([module], [module.entry_point("bk_reduce_gradients")]))
     grads = make_buffer(device, np.zeros(spec.param_count, np.float32))

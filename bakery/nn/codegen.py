@@ -12,9 +12,14 @@ def program_source(spec, linear_args: list[str]) -> str:
     :class:`~bakery.nn.stack.NetworkStack` (one struct per named network)."""
     from bakery.nn.stack import NetworkStack
 
-    if isinstance(spec, NetworkStack):
-        return "".join(network_source(s, linear_args[a:b], name) for name, s, a, b in spec.layer_ranges())
-    return network_source(spec, linear_args)
+    ranges = spec.layer_ranges() if isinstance(spec, NetworkStack) else [("Network", spec, 0, len(spec.layers))]
+    structs = "".join(network_source(s, linear_args[a:b], name) for name, s, a, b in ranges)
+    # Split-K (CoopVec) reduces the program's layers by their index in the whole parameter
+    # store: each network sums its own, by its own (local) layer index.
+    dispatch = "\n".join(f"    if (layer >= {a} && layer < {b}) {name}.reduce_gradients(layer - {a}, begin, end);"
+                          for name, _, a, b in ranges)
+    return structs + ("// Split-K weight gradients of layer `layer` of the whole program (nn/grad_reduce.slang).\n"
+                      f"void bk_reduce_program(uint layer, uint begin, uint end)\n{{\n{dispatch}\n}}\n\n")
 
 
 def network_source(spec: NetworkSpec, linear_args: list[str], name: str = "Network") -> str:
