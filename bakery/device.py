@@ -54,7 +54,9 @@ class Device:
         # ``portable`` compiles the fp32 backend even where CoopVec exists (reference runs).
         self.coopvec = bool(spy_device.has_feature(spy.Feature.cooperative_vector)) and not portable
         self.portable_forced = portable
-        # Cooperative matrices (tensor-core tiles) sum the CoopVec backend's weight gradients.
+        # Cooperative matrices (tensor-core tiles) sum the CoopVec backend's weight gradients;
+        # only with cooperative vectors (NVIDIA's extension), whose 32-lane subgroups and
+        # 16x16x16 fp16 -> fp32 tiles the split-K kernel assumes.
         self.coopmat = self.coopvec and bool(spy_device.has_feature(spy.Feature.cooperative_matrix))
         self.info = DeviceInfo(backend=backend, adapter=spy_device.info.adapter_name,
                                cooperative_vector=self.coopvec,

@@ -46,6 +46,8 @@ from bakery.materials import load_material, renormalize_normals  # noqa: E402
 from bakery.stages.ntc.rate import choose  # noqa: E402
 from bakery.pipeline.task import run_task  # noqa: E402
 from bakery.stages import StageInput, get_stage  # noqa: E402
+from bakery.stages.ntc.stage import PRESETS  # noqa: E402
+from bakery.stages.params import device_class  # noqa: E402
 
 
 def material_files(folder: Path) -> dict:
@@ -134,7 +136,9 @@ def speed(a, dev) -> dict:
         folder = sorted((Path(tmp) / "materials").iterdir())[0]
         mat = load_material(material_files(folder))
     h, w, c = mat.image.shape
-    point = choose(w, h, c, a.big_bpp, hidden=64, layers=2, bits=4, pe_octaves=3)
+    # the code width the stage's preset gives this device (2-bit on a GPU, 4-bit on a CPU)
+    bits = PRESETS.table[device_class(dev)][a.quality]["latent_bits"]
+    point = choose(w, h, c, a.big_bpp, hidden=64, layers=2, bits=bits, pe_octaves=3)
     t0 = time.perf_counter()
     obj = LatentTextureFit(dev, mat.image, point.grid, normal_channel=mat.normal_channel)
     tr = Trainer(dev, point.network, obj, TrainConfig(steps=a.big_steps, batch=a.big_batch, optimizer=Adam(lr=5e-3),
@@ -156,7 +160,7 @@ def speed(a, dev) -> dict:
     best = max(curve, key=lambda p: p["set_psnr"])
     preview = next(p for p in curve if p["set_psnr"] >= final["set_psnr"] - 1.5)
     ms = train_s / (a.big_steps - 20) * 1e3
-    return {"size": a.big, "bpp": point.bpp, "steps": a.big_steps, "batch": a.big_batch, "ms_per_step": round(ms, 4),
+    return {"size": a.big, "bpp": point.bpp, "latent_bits": bits, "steps": a.big_steps, "batch": a.big_batch, "ms_per_step": round(ms, 4),
             "final_set_psnr": final["set_psnr"], "time_to_final_s": final["train_s"],
             "best_set_psnr": best["set_psnr"], "best_step": best["step"], "time_to_best_s": best["train_s"],
             "preview_within_1p5db_s": preview["train_s"], "preview_step": preview["step"], "curve": curve,
@@ -240,7 +244,7 @@ def main() -> int:
     if a.big:
         result["speed"] = speed(a, dev)
         s = result["speed"]
-        print(f"{a.big}^2 set at {s['bpp']:.2f} bpp: {s['ms_per_step']:.3f} ms/step; set PSNR (mean MSE) final "
+        print(f"{a.big}^2 set at {s['bpp']:.2f} bpp ({s['latent_bits']}-bit codes): {s['ms_per_step']:.3f} ms/step; set PSNR (mean MSE) final "
               f"{s['final_set_psnr']:.2f} dB after {s['time_to_final_s']:.1f} s, best {s['best_set_psnr']:.2f} dB "
               f"(step {s['best_step']}) after {s['time_to_best_s']:.1f} s, within 1.5 dB of final after "
               f"{s['preview_within_1p5db_s']:.1f} s")

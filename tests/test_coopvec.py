@@ -60,6 +60,26 @@ def test_coopvec_gradients_match_reference(coopvec_device, batch, reduction, mon
         assert np.linalg.norm(got[sl] - ref[sl]) / np.linalg.norm(ref[sl]) < 1e-2, l
 
 
+def test_transposed_copies_follow_each_update(coopvec_device, monkeypatch):
+    """transposed_copy: after training steps, every copy slot holds the same fp16 value as
+    its parameter's own slot, and that value is the updated fp32 master weight."""
+    from bakery.nn import parameters
+
+    monkeypatch.setattr(parameters, "COOPVEC_REDUCTION", parameters.CoopVecReduction(transposed_copy=True))
+    spec, params, image, obj, _ = _setup(coopvec_device)
+    trainer = Trainer(coopvec_device, spec, obj, TrainConfig(batch=BATCH, seed=SEED), params=params)
+    trainer.train(3)
+    store = trainer.store
+    master = store.download()
+    assert not np.array_equal(master, params)
+    w16 = store.weights16.to_numpy().view(np.float16)
+    copied = np.flatnonzero(store.copy_pos_host >= 0)
+    assert copied.size > 0
+    own = w16[store.weight_pos_host[copied] // 2]
+    np.testing.assert_array_equal(w16[store.copy_pos_host[copied] // 2], own)
+    np.testing.assert_allclose(own.astype(np.float32), master[copied], rtol=1e-3, atol=1e-7)
+
+
 def test_loss_scale_overflow_skips_the_step_and_halves(coopvec_device):
     spec, params, image, obj, trainer = _setup(coopvec_device)
     trainer.store.reset_loss_scale(trainer.store.loss_norm, scale=2.0 ** 30)  # overflows fp16

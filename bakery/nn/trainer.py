@@ -1,9 +1,10 @@
 """The training loop shared by every stage: a network, an objective that supplies the
 Slang code computing its loss, Adam, a learning-rate schedule, checkpoints.
 
-A step is two dispatches (objective backward with gradient accumulation, then Adam;
-on the CoopVec backend a third, one-thread loss-scale update), recorded many steps at a time into one command buffer so Python never sits between
-GPU steps. Batches are drawn on the GPU from (seed, step, thread), so a run is fully
+A step is two dispatches (objective backward with gradient accumulation, then Adam; on
+the CoopVec backend also the split-K sum where it applies and the loss-scale update, which
+also refreshes transposed weight copies), recorded many steps at a time into one command
+buffer so Python never sits between GPU steps. Batches are drawn on the GPU from (seed, step, thread), so a run is fully
 determined by its seed - and on the portable backend reproducible bit for bit.
 """
 
@@ -168,7 +169,7 @@ class Trainer:
             self._scale.dispatch([max(1, self.store.copy_words), 1, 1], vars=self.store.optimizer_vars(),
                                  command_encoder=encoder, norm=self.store.loss_norm,
                                  interval=float(LOSS_SCALE_INTERVAL), max_scale=LOSS_SCALE_MAX,
-                                 copy_begin=self.store.weight_words, copy_words=self.store.copy_words)
+                                 copy_first_word=self.store.weight_words, copy_words=self.store.copy_words)
             self._mark(encoder, "optimizer")
         elif self.store is not None:
             n = self.spec.param_count

@@ -34,8 +34,7 @@ from bakery.materials import ROLES
 #: final doubles the widths. The short CPU schedules train best at lr 0.02 (+2 dB
 #: over 0.01 at 200 steps). GPU: the H200 trains batch 2^16 at ~1 ms/step, so production
 #: (40000 steps) takes ~40 s, a third of issue 13's 2-minute budget, final ~80 s; lr 0.01
-#: as bench/neural_material.py measured it. A 48-wide decoder holds +1.9 dB over 32 wide
-#: (64 wide: +2.3 dB, but its decoder ran ~4x slower than 48 wide in the same run).
+#: as bench/neural_material.py measured it.
 PRESETS = Presets({
     "cpu": {"preview": {"steps": 200, "batch": 1024, "hidden": 16, "encoder_hidden": 16, "lr": 0.02,
                         "eval_directions": 4},
@@ -43,11 +42,11 @@ PRESETS = Presets({
                            "eval_directions": 4},
             "final": {"steps": 2000, "batch": 1024, "hidden": 32, "encoder_hidden": 32, "lr": 0.02,
                       "eval_directions": 8}},
-    "gpu": {"preview": {"steps": 10000, "batch": 1 << 16, "hidden": 48, "encoder_hidden": 32, "lr": 0.01,
+    "gpu": {"preview": {"steps": 10000, "batch": 1 << 16, "hidden": 32, "encoder_hidden": 32, "lr": 0.01,
                         "eval_directions": 8},
-            "production": {"steps": 40000, "batch": 1 << 16, "hidden": 48, "encoder_hidden": 32, "lr": 0.01,
+            "production": {"steps": 40000, "batch": 1 << 16, "hidden": 32, "encoder_hidden": 32, "lr": 0.01,
                            "eval_directions": 8},
-            "final": {"steps": 80000, "batch": 1 << 16, "hidden": 48, "encoder_hidden": 32, "lr": 0.01,
+            "final": {"steps": 80000, "batch": 1 << 16, "hidden": 32, "encoder_hidden": 32, "lr": 0.01,
                       "eval_directions": 8}},
 })
 LATENT_FORMATS = ("unorm8", "fp16")

@@ -105,9 +105,11 @@ class NeuralTextureCompression(Stage):
         h, w, c = material.image.shape
         dclass = device_class(ctx.device)
         given, params = params, PRESETS.resolve(params, device_class=dclass)
+        if params["latents"] == "bc":  # BC4 holds 4-bit codes whatever the preset says
+            params = dict(params, latent_bits=4)
         steps, batch, refresh, hidden = params["steps"], params["batch"], params["bc_refresh"], params["hidden"]
         rate_kw = dict(hidden=hidden, layers=params["layers"], pe_octaves=params["pe_octaves"],
-                       bits=4 if params["latents"] == "bc" else params["latent_bits"], mips=params["mips"],
+                       bits=params["latent_bits"], mips=params["mips"],
                        mode=params["latents"], features=params["features"])
         textures = material.split(material.image)
 
