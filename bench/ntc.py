@@ -10,7 +10,8 @@ bench/out/ntc.md).
 Speed (--big N): an N^2 6-texture set made by scripts/make_assets.py; ms/step, and the
 best and the final set PSNR with the training time to each, and to a preview within
 1.5 dB of the final (PSNR checked every --check steps; the first 20 steps, which compile
-the kernels, are trained but not timed).
+the kernels, are trained but not timed), and the GPU time per phase of a step (training
+kernel, split-K sum, optimizers) from timestamps over 20 more steps.
 Set figures are PSNRs of the mean MSE over the set's textures (bakery.formats.images.
 set_psnr), never means of dB values: a constant map decodes to ~110 dB or inf and would
 swing a dB mean by 10+ dB. (The stage's own manifest still reports ``mean_psnr_db``, a
@@ -24,6 +25,7 @@ Prints the device, the settings, tables, and writes bench/out/ntc.json.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import subprocess
@@ -48,6 +50,7 @@ from bakery.pipeline.task import run_task  # noqa: E402
 from bakery.stages import StageInput, get_stage  # noqa: E402
 from bakery.stages.ntc.stage import PRESETS  # noqa: E402
 from bakery.stages.params import device_class  # noqa: E402
+from bench.step_profile import StepProfile  # noqa: E402
 
 
 def material_files(folder: Path) -> dict:
@@ -156,6 +159,15 @@ def speed(a, dev) -> dict:
                                                   for s, n in mat.slices]), 3)})
         print(f"  big set step {tr.step:6d}: {train_s:7.2f} s training, set PSNR (mean MSE) "
               f"{curve[-1]['set_psnr']:.2f} dB", flush=True)
+    phases = {}
+    try:  # GPU time per phase of a step, over a few more steps (after the curve)
+        tr.profiler = StepProfile(dev, 5 * 20)
+        tr.config = dataclasses.replace(tr.config, steps=tr.step + 20)
+        tr.train()
+        phases = tr.profiler.phases()
+        print(f"  GPU us per step by phase: {phases}", flush=True)
+    except Exception as e:  # noqa: BLE001 - a device without timestamp queries
+        phases = {"unavailable": str(e)[:100]}
     final = curve[-1]
     best = max(curve, key=lambda p: p["set_psnr"])
     preview = next(p for p in curve if p["set_psnr"] >= final["set_psnr"] - 1.5)
@@ -164,7 +176,8 @@ def speed(a, dev) -> dict:
             "final_set_psnr": final["set_psnr"], "time_to_final_s": final["train_s"],
             "best_set_psnr": best["set_psnr"], "best_step": best["step"], "time_to_best_s": best["train_s"],
             "preview_within_1p5db_s": preview["train_s"], "preview_step": preview["step"], "curve": curve,
-            "loss_scale_end": tr.store.loss_scale(), "wall_s": round(time.perf_counter() - t0, 2)}
+            "loss_scale_end": tr.store.loss_scale(), "gpu_us_per_phase": phases,
+            "wall_s": round(time.perf_counter() - t0, 2)}
 
 
 def markdown(rows: list[dict]) -> str:

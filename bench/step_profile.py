@@ -32,4 +32,4 @@ class StepProfile:
         for k in range(1, len(self.labels)):
             if self.labels[k] != "start":
                 total[self.labels[k]] += t[k] - t[k - 1]
-        return {name: round(v / steps * 1e6, 1) for name, v in total.items()}
+        return {name: round(float(v) / steps * 1e6, 1) for name, v in total.items()}

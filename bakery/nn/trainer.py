@@ -170,7 +170,6 @@ class Trainer:
                                  command_encoder=encoder, norm=self.store.loss_norm,
                                  interval=float(LOSS_SCALE_INTERVAL), max_scale=LOSS_SCALE_MAX,
                                  copy_first_word=self.store.weight_words, copy_words=self.store.copy_words)
-            self._mark(encoder, "optimizer")
         elif self.store is not None:
             n = self.spec.param_count
             self._adam.dispatch([n, 1, 1], vars=self.store.optimizer_vars(), command_encoder=encoder,
@@ -180,6 +179,7 @@ class Trainer:
             self._adam_plain.dispatch([g.count, 1, 1], vars=g.optimizer_vars(), command_encoder=encoder,
                                       u=c.optimizer.uniforms(self.step + 1, glr, g.count, g.grad_scale),
                                       lo=g.lo, hi=g.hi, **c.optimizer.plain_uniforms())
+        self._mark(encoder, "optimizer")
         self.step += 1
 
     def apply_gradients(self) -> None:
