@@ -17,7 +17,6 @@ On a device without cooperative vectors only the portable backend runs (a smoke 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
@@ -35,7 +34,7 @@ from bakery.nn.network import NetworkSpec  # noqa: E402
 from bakery.nn.optimizers import Adam  # noqa: E402
 from bakery.nn.trainer import TrainConfig, Trainer  # noqa: E402
 from bakery.stages.neural_texture.objective import TextureFit  # noqa: E402
-from bench.step_profile import StepProfile  # noqa: E402
+from bench.step_profile import profile_steps  # noqa: E402
 from bench.train_texture import float_psnr, procedural_target  # noqa: E402
 from tests.reference import batch_texels, mse_gradients, texel_uv  # noqa: E402
 
@@ -96,14 +95,7 @@ def run_variant(a, dev, spec, target, params, ref, name, reduction) -> dict:
     tr.train()
     dt = (time.perf_counter() - t0) / a.steps
     psnr = float_psnr(obj.decode(tr), target)
-    phases = {}
-    try:  # GPU time per phase over a few more steps (not part of the PSNR)
-        tr.profiler = StepProfile(dev, 5 * PROFILED_STEPS)
-        tr.config = dataclasses.replace(cfg, steps=tr.step + PROFILED_STEPS)
-        tr.train()
-        phases = tr.profiler.phases()
-    except Exception as e:  # noqa: BLE001 - a device without timestamp queries
-        phases = {"unavailable": str(e)[:100]}
+    phases = profile_steps(dev, tr, PROFILED_STEPS)  # a few more steps, after the PSNR
     return {"variant": name, "reduction": None if reduction is None else reduction.__dict__,
             "ms_per_step": round(dt * 1e3, 4), "samples_per_s": round(a.batch / dt),
             "grad_rel_err_per_layer": [float(f"{e:.3g}") for e in errs], "psnr_db": round(psnr, 3),

@@ -25,7 +25,6 @@ Prints the device, the settings, tables, and writes bench/out/ntc.json.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import subprocess
@@ -50,7 +49,7 @@ from bakery.pipeline.task import run_task  # noqa: E402
 from bakery.stages import StageInput, get_stage  # noqa: E402
 from bakery.stages.ntc.stage import PRESETS  # noqa: E402
 from bakery.stages.params import device_class  # noqa: E402
-from bench.step_profile import StepProfile  # noqa: E402
+from bench.step_profile import profile_steps  # noqa: E402
 
 
 def material_files(folder: Path) -> dict:
@@ -159,15 +158,8 @@ def speed(a, dev) -> dict:
                                                   for s, n in mat.slices]), 3)})
         print(f"  big set step {tr.step:6d}: {train_s:7.2f} s training, set PSNR (mean MSE) "
               f"{curve[-1]['set_psnr']:.2f} dB", flush=True)
-    phases = {}
-    try:  # GPU time per phase of a step, over a few more steps (after the curve)
-        tr.profiler = StepProfile(dev, 5 * 20)
-        tr.config = dataclasses.replace(tr.config, steps=tr.step + 20)
-        tr.train()
-        phases = tr.profiler.phases()
-        print(f"  GPU us per step by phase: {phases}", flush=True)
-    except Exception as e:  # noqa: BLE001 - a device without timestamp queries
-        phases = {"unavailable": str(e)[:100]}
+    phases = profile_steps(dev, tr)  # a few more steps, after the curve
+    print(f"  GPU us per step by phase: {phases}", flush=True)
     final = curve[-1]
     best = max(curve, key=lambda p: p["set_psnr"])
     preview = next(p for p in curve if p["set_psnr"] >= final["set_psnr"] - 1.5)

@@ -8,6 +8,7 @@ from the previous mark to its own.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 
 import numpy as np
@@ -33,3 +34,17 @@ class StepProfile:
             if self.labels[k] != "start":
                 total[self.labels[k]] += t[k] - t[k - 1]
         return {name: round(float(v) / steps * 1e6, 1) for name, v in total.items()}
+
+
+def profile_steps(device, trainer, steps: int = 20) -> dict[str, float]:
+    """Trains ``steps`` more steps with timestamps and returns µs per step by phase (or
+    {"unavailable": why} on a device without timestamp queries)."""
+    try:
+        trainer.profiler = StepProfile(device, 5 * steps)
+        trainer.config = dataclasses.replace(trainer.config, steps=trainer.step + steps)
+        trainer.train()
+        return trainer.profiler.phases()
+    except Exception as e:  # noqa: BLE001 - report it; the benchmark's other figures stand
+        return {"unavailable": str(e)[:100]}
+    finally:
+        trainer.profiler = None

@@ -4,8 +4,9 @@ Slang code computing its loss, Adam, a learning-rate schedule, checkpoints.
 A step is two dispatches (objective backward with gradient accumulation, then Adam; on
 the CoopVec backend also the split-K sum where it applies and the loss-scale update, which
 also refreshes transposed weight copies), recorded many steps at a time into one command
-buffer so Python never sits between GPU steps. Batches are drawn on the GPU from (seed, step, thread), so a run is fully
-determined by its seed - and on the portable backend reproducible bit for bit.
+buffer so Python never sits between GPU steps. Batches are drawn on the GPU from (seed,
+step, thread), so a run is fully determined by its seed - and on the portable backend
+reproducible bit for bit.
 """
 
 from __future__ import annotations
