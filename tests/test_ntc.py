@@ -381,3 +381,34 @@ def test_bcn_weighting_aims_every_texture_at_the_same_margin():
     assert np.allclose(products, products[0], rtol=1e-6)
     assert w["metalness"] == 1.0
     assert w["roughness"] > w["ao"] > 0 and w["albedo"] > w["normal"]
+
+
+@pytest.mark.parametrize("steps", [1, 3])
+def test_staged_latent_scatter_gives_the_same_bits(device, steps):
+    """The workgroup-staged latent-gradient scatter (the GPU default) adds the same
+    fixed-point values as the per-thread one, so the latents after a step are identical
+    (after several steps too where the network's own gradients are exact: the portable
+    backend)."""
+    from bakery.materials import load_material
+    from bakery.nn.optimizers import Adam
+    from bakery.nn.trainer import TrainConfig, Trainer
+    from bakery.stages.ntc.objective import LatentTextureFit
+    from bakery.stages.ntc.rate import choose
+
+    if steps > 1 and device.coopvec:
+        pytest.skip("CoopVec sums weight gradients in fp32 in any order: only the first step is exact")
+    folder = ROOT / "assets" / "materials" / "bricks"
+    mat = load_material({p.stem: p for p in sorted(folder.glob("*.png"))})
+    image = mat.image[:32, :32]
+    h, w, c = image.shape
+    point = choose(w, h, c, 16.0, hidden=16, layers=1, bits=4, pe_octaves=2)
+    latents = []
+    for staged in (False, True):
+        obj = LatentTextureFit(device, image, point.grid, normal_channel=mat.normal_channel, noise_steps=steps)
+        obj.staged_scatter = staged
+        tr = Trainer(device, point.network, obj, TrainConfig(steps=steps, batch=1000, optimizer=Adam(lr=5e-3), seed=4))
+        before = obj.raw_latents()
+        tr.train()
+        latents.append(obj.raw_latents())
+        assert np.count_nonzero(latents[-1] != before) > before.size // 4  # the step moved the latents
+    np.testing.assert_array_equal(latents[0], latents[1])
