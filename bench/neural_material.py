@@ -11,6 +11,7 @@ speedup >= 5, training < 120 s. Prints a table and writes bench/out/neural_mater
 
     python3 bench/neural_material.py --device vulkan [--quality final]   # H200: 2048^2, CoopVec
     python3 bench/neural_material.py --device software --small           # CPU smoke run
+    python3 bench/neural_material.py --device vulkan --directions frame  # learned-normal decoder inputs
 
 Training params left at ``auto`` (the default) take the stage's preset for the device
 class and --quality; the values used are in each row's ``resolved``. The training time
@@ -80,6 +81,8 @@ def main() -> int:
     p.add_argument("--lr", default="auto", help="Adam learning rate (auto: the preset)")
     p.add_argument("--schedule", default="cosine", choices=("constant", "cosine", "one_cycle"))
     p.add_argument("--loss", default="log", choices=("display", "log"))
+    p.add_argument("--directions", default="world", choices=("world", "frame"),
+                   help="decoder direction inputs: world (wi, wo, h) or frame (also cosines with a learned normal)")
     p.add_argument("--latent-format", default="unorm8", choices=("unorm8", "fp16"))
     p.add_argument("--encoder-hidden", default="auto", help="encoder hidden width (auto: the preset)")
     p.add_argument("--points", type=int, default=1 << 22, help="shading points per timing dispatch")
@@ -94,7 +97,7 @@ def main() -> int:
     print(f"device: {info.adapter} (software={info.software}, coopvec={dev.coopvec})")
     params = {"quality": a.quality, "steps": a.steps, "batch": a.batch, "latents": a.latents, "hidden": a.hidden,
               "layers": a.layers, "lr": a.lr, "schedule": a.schedule, "time_points": a.points, "loss": a.loss,
-              "latent_format": a.latent_format, "encoder_hidden": a.encoder_hidden}
+              "latent_format": a.latent_format, "encoder_hidden": a.encoder_hidden, "directions": a.directions}
     print(f"settings: size {a.size}^2, {json.dumps(params)}")
     stage = get_stage("neural_material")
     rows = []
@@ -117,6 +120,7 @@ def main() -> int:
                          "teacher_ns": timing.get("teacher_ns_per_point"),
                          "decoder_ns": timing.get("decoder_ns_per_point"),
                          "train_s": last["train_s"], "steps": nm["training"]["steps"],
+                         "directions": nm["directions"],
                          "batch": nm["training"]["batch"], "timing_method": timing.get("method"),
                          "resolved": m["resolved_params"],
                          "wall_s": round(wall, 2),

@@ -16,9 +16,10 @@ from bakery.cli import main
 from bakery.formats.images import encode_png, load_image
 from bakery.nn.trainer import TrainConfig, Trainer
 from bakery.shading.layered import LayerConstants, layered_brdf_cos
-from bakery.stages.neural_material.objective import (LOSSES, OUTPUT_GAIN, MaterialDistillation, encode_directions,
-                                                     held_out_directions, loss_target, make_stack,
-                                                     student_forward, training_batch, training_loss)
+from bakery.stages.neural_material.objective import (DIRECTIONS, LOSSES, OUTPUT_GAIN, MaterialDistillation,
+                                                     decoder_forward, encode_directions, held_out_directions,
+                                                     loss_target, make_stack, shading_normal, student_forward,
+                                                     training_batch, training_loss)
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZE = 32
@@ -95,12 +96,17 @@ def test_layered_material_is_reciprocal():
     assert np.all(f_io >= 0) and np.any(f_io > 0.1)
 
 
-@pytest.fixture(scope="module", params=LOSSES)
+# (loss, directions): both losses in the default "world" mode, "frame" with the log loss
+OBJECTIVES = [(loss, "world") for loss in LOSSES] + [("log", "frame")]
+
+
+@pytest.fixture(scope="module", params=OBJECTIVES, ids=lambda p: "-".join(p))
 def small_objective(device, request):
+    loss, directions = request.param
     params = _random_params(64, seed=3).reshape(8, 8, 8)
     c = LayerConstants(coat_roughness=0.5)
-    obj = MaterialDistillation(device, params, 4, c, loss=request.param)
-    stack = make_stack(4, 8, 1, 8)
+    obj = MaterialDistillation(device, params, 4, c, loss=loss, directions=directions)
+    stack = make_stack(4, 8, 1, 8, directions)
     trainer = Trainer(device, stack, obj, TrainConfig(steps=1, batch=64, seed=3))
     return params, c, obj, stack, trainer
 
@@ -133,6 +139,38 @@ def test_training_gradients_match_finite_differences(small_objective, device):
     np.testing.assert_allclose(grads, fd, atol=1e-5 * np.abs(fd).max() + 1e-9, rtol=1e-3)
 
 
+def test_slang_student_matches_numpy_forward(small_objective):
+    # the render kernel's decoder (decoder_inputs in either directions mode) against numpy
+    params, _, obj, stack, trainer = small_objective
+    z = np.random.default_rng(5).uniform(0, 1, (*params.shape[:2], 4)).astype(np.float32)
+    obj.bind_latents(z)
+    decoder = stack.unstack(trainer.params())["Network"]
+    for wi, wo in held_out_directions(4):
+        got = obj.render(trainer, "student", wi, wo)
+        flat = z.reshape(-1, 4).astype(np.float64)
+        y = decoder_forward(stack["Network"], decoder, flat, np.broadcast_to(wi, (len(flat), 3)),
+                            np.broadcast_to(wo, (len(flat), 3)), obj.directions)
+        want = np.maximum(np.expm1(y), 0.0) / OUTPUT_GAIN
+        np.testing.assert_allclose(got.reshape(-1, 3), want, rtol=1e-4, atol=1e-6)
+
+
+def test_frame_features_are_the_learned_normals_cosines():
+    z = np.array([[1.0, 0.5, 0.5, 0.2], [0.5, 0.5, 1.0, 0.9], [0.5, 0.5, 0.5, 0.0]])
+    n = shading_normal(z)
+    np.testing.assert_allclose(n[:2], [[1, 0, 0], [0, 0, 1]], atol=1e-4)
+    assert np.all(np.isfinite(n)) and np.allclose(n[2], 0.0)  # v = 0: guarded, not NaN
+    wi = np.tile([0.6, 0.0, 0.8], (3, 1))
+    wo = np.tile([0.0, 0.0, 1.0], (3, 1))
+    x = encode_directions(wi, wo, z, "frame")
+    assert x.shape == (3, 12)
+    np.testing.assert_allclose(x[:, :9], encode_directions(wi, wo))
+    h = (wi + wo) / np.linalg.norm(wi + wo, axis=-1, keepdims=True)
+    np.testing.assert_allclose(x[0, 9:], [0.6, 0.0, h[0, 0]], atol=1e-4)
+    np.testing.assert_allclose(x[1, 9:], [0.8, 1.0, h[1, 2]], atol=1e-4)
+    with pytest.raises(ValueError):
+        encode_directions(wi, wo, directions="frame")  # the normal needs the latents
+
+
 def test_timing_kernels_run(small_objective):
     _, _, obj, _, trainer = small_objective
     for who in ("teacher", "decoder"):
@@ -141,12 +179,13 @@ def test_timing_kernels_run(small_objective):
 
 
 # -- the stage ----------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory, device):
+@pytest.fixture(scope="module", params=DIRECTIONS)
+def bundle(tmp_path_factory, device, request):
     root = tmp_path_factory.mktemp("nm")
     mat = _material(root / "bricks")
     out = root / "out"
-    r = _run("run", "neural_material", mat, "-o", out, "--seed", 2, *SMALL, "--param", "quality=preview")
+    mode = [] if request.param == "world" else ["--param", f"directions={request.param}"]  # world: the default
+    r = _run("run", "neural_material", mat, "-o", out, "--seed", 2, *SMALL, "--param", "quality=preview", *mode)
     assert r.exit_code == 0, r.output
     return mat, out, json.loads((out / "manifest.json").read_text())
 
@@ -204,11 +243,14 @@ def test_generated_eval_matches_numpy_forward(bundle, device):
     data = (out / "weights.bin").read_bytes()
     params = decode_weights(data).params
     n = m["neural_material"]["latents"]["channels"]
+    directions = m["neural_material"]["directions"]
+    assert len(m["neural_material"]["direction_encoding"]) == (3 if directions == "world" else 4)
+    assert spec.n_inputs == n + (9 if directions == "world" else 12)
     rng = np.random.default_rng(4)
     z = rng.uniform(0, 1, (256, n)).astype(np.float32)
     dirs = held_out_directions(256)
     wi, wo = dirs[:, 0].astype(np.float32), dirs[:, 1].astype(np.float32)
-    y = spec.forward(params, np.concatenate([z, encode_directions(wi, wo)], -1))
+    y = decoder_forward(spec, params, z, wi, wo, directions)
     want = np.maximum(np.expm1(y), 0.0) / OUTPUT_GAIN
     src = (out / "material_eval.slang").read_text() + f"""
 StructuredBuffer<uint> g_w;
@@ -259,6 +301,7 @@ def test_same_seed_gives_the_same_bytes(tmp_path, device):
     ("sheen", "sheen_color"),
     ("size", "differs"),
     ("param", "nonsense"),
+    ("directions", "param.directions: 'tangent' is not allowed"),
     ("zero_steps", "steps: 0 is out of range"),  # 0 no longer means auto
 ])
 def test_bad_input_is_one_clear_line_and_writes_nothing(tmp_path, case, message):
@@ -270,6 +313,8 @@ def test_bad_input_is_one_clear_line_and_writes_nothing(tmp_path, case, message)
         (mat / "roughness.png").write_bytes(encode_png(np.zeros((8, 8, 3), np.float32)))
     elif case == "param":
         extra = ["--param", "nonsense=1"]
+    elif case == "directions":
+        extra = ["--param", "directions=tangent"]
     elif case == "zero_steps":
         extra = ["--param", "steps=0"]
     out = tmp_path / "out"

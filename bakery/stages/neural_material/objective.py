@@ -17,7 +17,17 @@ from bakery.shading.directions import draw_directions
 from bakery.shading.layered import LayerConstants
 from bakery.stages.neural_material.material import PARAMS
 
-DIR_FEATURES = 9
+#: Decoder input encodings of the light/view directions (the stage's ``directions``):
+#: "world": wi, wo and the half vector h, all in the geometric tangent frame (9 features);
+#: "frame": the same, then dot(n, wi), dot(n, wo), dot(n, h) for a shading normal n the
+#: encoder learns in the first three latents (12 features; see :func:`shading_normal`).
+DIRECTIONS = ("world", "frame")
+DIR_FEATURES_BY_MODE = {"world": 9, "frame": 12}
+#: The "world" encoding's feature count (the default; kept for existing callers).
+DIR_FEATURES = DIR_FEATURES_BY_MODE["world"]
+#: Guard of the learned normal's length: n = v / sqrt(|v|^2 + NORMAL_EPS), v = 2 z[0..2] - 1
+#: (BK_NORMAL_EPS in material_fit.slang, NM_NORMAL_EPS in the generated shader).
+NORMAL_EPS = 1e-4
 #: The decoder predicts log(1 + OUTPUT_GAIN * f) (BK_OUTPUT_GAIN in material_fit.slang).
 OUTPUT_GAIN = 64.0
 #: Training losses: L2 on the displayed lit plane (the quality measurement's own transform,
@@ -30,12 +40,36 @@ IRRADIANCE = np.pi
 HELD_OUT_SEED = 0x0E7A1
 
 
-def encode_directions(wi: np.ndarray, wo: np.ndarray) -> np.ndarray:
-    """numpy twin of ``decoder_inputs``' direction part: wi, wo, normalize(wi + wo)."""
+def dir_features(directions: str = "world") -> int:
+    """How many direction features the decoder takes in mode ``directions``."""
+    if directions not in DIR_FEATURES_BY_MODE:
+        raise ValueError(f"directions must be one of {DIRECTIONS}, got {directions!r}")
+    return DIR_FEATURES_BY_MODE[directions]
+
+
+def shading_normal(z: np.ndarray) -> np.ndarray:
+    """numpy twin of ``shading_normal``: the learned normal of "frame" mode from latents z
+    [..., N >= 3], n = v / sqrt(|v|^2 + NORMAL_EPS) with v = 2 z[0..2] - 1 (unit but for the
+    guard, which keeps it finite and differentiable where v vanishes)."""
+    v = 2.0 * np.asarray(z, np.float64)[..., 0:3] - 1.0
+    return v / np.sqrt(np.sum(v * v, axis=-1, keepdims=True) + NORMAL_EPS)
+
+
+def encode_directions(wi: np.ndarray, wo: np.ndarray, latents: np.ndarray | None = None,
+                      directions: str = "world") -> np.ndarray:
+    """numpy twin of ``decoder_inputs``' direction part: wi, wo, normalize(wi + wo), and in
+    "frame" mode dot(n, wi), dot(n, wo), dot(n, h) with n = shading_normal(latents)."""
+    dir_features(directions)
     wi, wo = np.asarray(wi, np.float64), np.asarray(wo, np.float64)
     h = wi + wo
     h = h / np.linalg.norm(h, axis=-1, keepdims=True)
-    return np.concatenate([wi, wo, h], axis=-1)
+    parts = [wi, wo, h]
+    if directions == "frame":
+        if latents is None:
+            raise ValueError('directions="frame" needs the latents (the shading normal is in z[0..2])')
+        n = shading_normal(latents)
+        parts += [np.sum(n * v, axis=-1, keepdims=True) for v in (wi, wo, h)]
+    return np.concatenate(parts, axis=-1)
 
 
 def display_value(f: np.ndarray) -> np.ndarray:
@@ -72,19 +106,27 @@ def held_out_directions(count: int = 8) -> np.ndarray:
     return np.stack([wi, wo], axis=1)
 
 
-def make_stack(latents: int, hidden: int, layers: int, encoder_hidden: int) -> NetworkStack:
+def make_stack(latents: int, hidden: int, layers: int, encoder_hidden: int,
+               directions: str = "world") -> NetworkStack:
     """Encoder: material parameters -> latents in [0, 1] (sigmoid). Decoder ("Network",
-    the bundle's one shipped network): latents + encoded directions -> log(1 + OUTPUT_GAIN f)."""
+    the bundle's one shipped network): latents + encoded directions (``directions`` mode)
+    -> log(1 + OUTPUT_GAIN f)."""
+    if directions == "frame" and latents < 3:
+        raise ValueError('directions="frame" needs at least 3 latents (the shading normal)')
     encoder = NetworkSpec(IdentityEncoding(PARAMS), (encoder_hidden,) * 2, latents, "relu", "sigmoid")
-    decoder = NetworkSpec(IdentityEncoding(latents + DIR_FEATURES), (hidden,) * layers, 3, "relu", "identity")
+    decoder = NetworkSpec(IdentityEncoding(latents + dir_features(directions)), (hidden,) * layers, 3, "relu",
+                          "identity")
     return NetworkStack((("Encoder", encoder), ("Network", decoder)))
 
 
 class MaterialDistillation:
     """Objective for :class:`~bakery.nn.trainer.Trainer` over one material level."""
 
-    def __init__(self, device, params: np.ndarray, latents: int, layers: LayerConstants, loss: str = "log"):
+    def __init__(self, device, params: np.ndarray, latents: int, layers: LayerConstants, loss: str = "log",
+                 directions: str = "world"):
+        dir_features(directions)
         self.device, self.latents, self.layers, self.loss = device, latents, layers, loss
+        self.directions = directions
         self._material = None
         self._latents = make_buffer(device, np.zeros(latents, np.float32))
         self._output = make_buffer(device, np.zeros(1, np.float32))
@@ -93,6 +135,7 @@ class MaterialDistillation:
     # -- Objective protocol -------------------------------------------------------------
     def slang_source(self) -> str:
         return (f'#define BK_LATENTS {self.latents}\n#define BK_DISPLAY_LOSS {int(self.loss == "display")}\n'
+                f'#define BK_FRAME_FEATURES {int(self.directions == "frame")}\n'
                 '#include "stages/neural_material/material_fit.slang"\n')
 
     def vars(self) -> dict:
@@ -227,8 +270,27 @@ def training_batch(params: np.ndarray, layers: LayerConstants, seed: int, step: 
     return texel, wi, wo
 
 
-def student_forward(stack: NetworkStack, params: np.ndarray, material: np.ndarray, wi, wo) -> np.ndarray:
-    """numpy reference of the student: log(1 + OUTPUT_GAIN f) predicted for rows of material params."""
+def decoder_forward(spec: NetworkSpec, params: np.ndarray, z: np.ndarray, wi, wo,
+                    directions: str = "world") -> np.ndarray:
+    """numpy reference of the decoder alone: log(1 + OUTPUT_GAIN f) from latents z."""
+    return spec.forward(params, np.concatenate([z, encode_directions(wi, wo, z, directions)], -1))
+
+
+def student_forward(stack: NetworkStack, params: np.ndarray, material: np.ndarray, wi, wo,
+                    directions: str | None = None) -> np.ndarray:
+    """numpy reference of the student: log(1 + OUTPUT_GAIN f) predicted for rows of material
+    params. ``directions`` defaults to the mode the stack's decoder input width implies."""
     p = stack.unstack(params)
+    if directions is None:
+        directions = stack_directions(stack)
     z = stack["Encoder"].forward(p["Encoder"], material)
-    return stack["Network"].forward(p["Network"], np.concatenate([z, encode_directions(wi, wo)], -1))
+    return decoder_forward(stack["Network"], p["Network"], z, wi, wo, directions)
+
+
+def stack_directions(stack: NetworkStack) -> str:
+    """The ``directions`` mode a stack from :func:`make_stack` was made for."""
+    extra = stack["Network"].n_inputs - stack["Encoder"].n_outputs
+    modes = [m for m, k in DIR_FEATURES_BY_MODE.items() if k == extra]
+    if len(modes) != 1:
+        raise ValueError(f"a decoder with {extra} inputs beyond the latents matches no directions mode")
+    return modes[0]

@@ -1,7 +1,8 @@
 """Generated runtime decoder of a neural material (Slang; the same text is valid HLSL):
 fetch the latents from the bundle's latent texture array (any mip, filtered by the
 sampler), undo the per-channel scale/bias, and evaluate the decoder MLP on the latents
-and the encoded light/view directions. Plain scalar path; an engine with cooperative
+and the encoded light/view directions (``directions`` "frame": also the cosines of a
+shading normal held in the first three latents, as objective.py::encode_directions). Plain scalar path; an engine with cooperative
 vectors converts the matrices at load and swaps ``nm_mlp_decode`` for its own."""
 
 from __future__ import annotations
@@ -15,9 +16,27 @@ def _floats(values) -> str:
 
 
 def generate_material_eval(spec: NetworkSpec, latents: int, scale, bias, lang: str = "slang",
-                           *, dtype: str = "float16") -> str:
-    from bakery.stages.neural_material.objective import OUTPUT_GAIN
+                           *, dtype: str = "float16", directions: str = "world") -> str:
+    from bakery.stages.neural_material.objective import NORMAL_EPS, OUTPUT_GAIN, dir_features
 
+    if spec.n_inputs != latents + dir_features(directions):
+        raise ValueError(f"decoder takes {spec.n_inputs} inputs, {latents} latents + {directions!r} directions "
+                         f"make {latents + dir_features(directions)}")
+    frame = directions == "frame"
+    normal = f"""
+// directions = "frame": the first three latents hold a learned shading normal.
+static const float NM_NORMAL_EPS = {NORMAL_EPS!r};
+float3 neural_material_normal(float z[NM_LATENTS])
+{{
+    float3 v = float3(2.0 * z[0] - 1.0, 2.0 * z[1] - 1.0, 2.0 * z[2] - 1.0);
+    return v * rsqrt(dot(v, v) + NM_NORMAL_EPS);  // normalize, finite where v vanishes
+}}
+""" if frame else ""
+    cosines = """    float3 n = neural_material_normal(z);
+    inputs[NM_LATENTS + 9u] = dot(n, wi);
+    inputs[NM_LATENTS + 10u] = dot(n, wo);
+    inputs[NM_LATENTS + 11u] = dot(n, h);
+""" if frame else ""
     mlp = generate(spec, lang, dtype=dtype, prefix="nm_mlp")
     return mlp + f"""
 // ---- neural material -------------------------------------------------------------------
@@ -42,7 +61,7 @@ void neural_material_latents(Texture2DArray<float4> latents, SamplerState s, flo
         z[4u * layer + 3u] = NM_LATENT_BIAS[4u * layer + 3u] + NM_LATENT_SCALE[4u * layer + 3u] * v.w;
     }}
 }}
-
+{normal}
 float3 neural_material_eval(StructuredBuffer<uint> weights, float z[NM_LATENTS], float3 wi, float3 wo)
 {{
     if (wi.z <= 0.0 || wo.z <= 0.0)
@@ -60,7 +79,7 @@ float3 neural_material_eval(StructuredBuffer<uint> weights, float z[NM_LATENTS],
     inputs[NM_LATENTS + 6u] = h.x;
     inputs[NM_LATENTS + 7u] = h.y;
     inputs[NM_LATENTS + 8u] = h.z;
-    float y[NM_MLP_N_OUTPUTS];
+{cosines}    float y[NM_MLP_N_OUTPUTS];
     nm_mlp_decode(weights, inputs, y);
     return max(exp(float3(y[0], y[1], y[2])) - 1.0, float3(0.0, 0.0, 0.0)) / NM_OUTPUT_GAIN;
 }}

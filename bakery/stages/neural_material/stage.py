@@ -22,8 +22,8 @@ from bakery.shading.layered import QUADRATURES, LayerConstants
 from bakery.stages import Param, Stage, StageResult, register
 from bakery.stages.neural_material.evaluate import FLIP_CROP, flip_mean, preview, psnr_pooled
 from bakery.stages.neural_material.material import mip_chain, material_params
-from bakery.stages.neural_material.objective import (LOSSES, OUTPUT_GAIN, MaterialDistillation,
-                                                     held_out_directions, make_stack)
+from bakery.stages.neural_material.objective import (DIRECTIONS, LOSSES, NORMAL_EPS, OUTPUT_GAIN,
+                                                     MaterialDistillation, held_out_directions, make_stack)
 from bakery.stages.neural_material.shader import generate_material_eval
 from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_record
 from bakery.materials import ROLES
@@ -92,6 +92,9 @@ class NeuralMaterial(Stage):
         Param("schedule", str, "cosine", "learning-rate schedule", choices=SCHEDULES),
         Param("loss", str, "log", "training loss: L2 on the displayed lit plane (the quality metric's "
               "transform) or on the decoder's log(1 + gain f) output", choices=LOSSES),
+        Param("directions", str, "world", "decoder direction inputs: wi, wo, half vector h (world), or also "
+              "dot(n, wi), dot(n, wo), dot(n, h) for a shading normal n learned in latents 0-2 (frame)",
+              choices=DIRECTIONS),
         Param("latent_format", str, "unorm8", "stored latents: 8-bit with per-channel scale/bias, or fp16",
               choices=LATENT_FORMATS),
         Param("coat_weight", float, 1.0, "clear-coat layer weight", min=0.0, max=1.0),
@@ -120,8 +123,9 @@ class NeuralMaterial(Stage):
         given, params = params, PRESETS.resolve(params, device_class=dclass)
         steps, batch = params["steps"], params["batch"]
         n = params["latents"]
-        stack = make_stack(n, params["hidden"], params["layers"], params["encoder_hidden"])
-        obj = MaterialDistillation(ctx.device, base, n, layers, params["loss"])
+        directions_mode = params["directions"]
+        stack = make_stack(n, params["hidden"], params["layers"], params["encoder_hidden"], directions_mode)
+        obj = MaterialDistillation(ctx.device, base, n, layers, params["loss"], directions_mode)
         cfg = TrainConfig(steps=steps, batch=batch, optimizer=Adam(lr=params["lr"]), schedule=params["schedule"],
                           seed=ctx.seed)
         trainer = Trainer(ctx.device, stack, obj, cfg)
@@ -176,7 +180,7 @@ class NeuralMaterial(Stage):
                               supercompression="zstd" if ext == "ktx2" else "none")
         out.write_decoder_artifacts(decoder, params=nets["Network"], shaders=("slang", "hlsl"))
         for lang, ext in (("slang", "slang"), ("hlsl", "hlsl")):
-            text = generate_material_eval(decoder, n, scale, bias, lang)
+            text = generate_material_eval(decoder, n, scale, bias, lang, directions=directions_mode)
             out.write_bytes(f"material_eval.{ext}", text.encode(), role="shader")
         for k in range(min(3, len(directions))):
             j = k * (len(directions) - 1) // 2  # random, in between, near-mirror
@@ -193,7 +197,8 @@ class NeuralMaterial(Stage):
                              "layout": "feature f in array layer f // 4, component f % 4"},
                  "decoder_output": (f"log(1 + {OUTPUT_GAIN:g} BRDF x cos); eval returns "
                                     f"max(exp(y) - 1, 0) / {OUTPUT_GAIN:g}"),
-                 "direction_encoding": ["wi.xyz", "wo.xyz", "normalize(wi + wo).xyz"],
+                 "directions": directions_mode,
+                 "direction_encoding": _direction_encoding(directions_mode),
                  "training": {"device_class": dclass, "quality": params["quality"], "steps": steps, "batch": batch,
                               "hidden": params["hidden"], "encoder_hidden": params["encoder_hidden"],
                               "lr": params["lr"], "schedule": params["schedule"], "loss": params["loss"]},
@@ -207,6 +212,15 @@ class NeuralMaterial(Stage):
                      n, quality_psnr, metrics["constant_psnr_db"], quality_flip, metrics["speedup"])
         return StageResult(metrics=metrics, manifest={
             "neural_material": extra, "resolved_params": resolved_record(given, params, device_class=dclass)})
+
+
+def _direction_encoding(directions: str) -> list[str]:
+    """What the decoder's inputs after the latents are, in order (manifest)."""
+    names = ["wi.xyz", "wo.xyz", "normalize(wi + wo).xyz"]
+    if directions == "frame":
+        n = f"n = v / sqrt(dot(v, v) + {NORMAL_EPS:g}), v = 2 * latents[0:3] - 1"
+        names += [f"dot(n, wi), dot(n, wo), dot(n, normalize(wi + wo)); {n}"]
+    return names
 
 
 def _with_train_seconds(report, started: float):
