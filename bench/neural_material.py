@@ -11,7 +11,7 @@ speedup >= 5, training < 120 s. Prints a table and writes bench/out/neural_mater
 
     python3 bench/neural_material.py --device vulkan [--quality final]   # H200: 2048^2, CoopVec
     python3 bench/neural_material.py --device software --small           # CPU smoke run
-    python3 bench/neural_material.py --device vulkan --directions frame  # learned-normal decoder inputs
+    python3 bench/neural_material.py --device vulkan --directions world  # without the learned-normal inputs
 
 Training params left at ``auto`` (the default) take the stage's preset for the device
 class and --quality; the values used are in each row's ``resolved``. The training time
@@ -81,12 +81,13 @@ def main() -> int:
     p.add_argument("--lr", default="auto", help="Adam learning rate (auto: the preset)")
     p.add_argument("--schedule", default="cosine", choices=("constant", "cosine", "one_cycle"))
     p.add_argument("--loss", default="log", choices=("display", "log"))
-    p.add_argument("--directions", default="world", choices=("world", "frame"),
+    p.add_argument("--directions", default="frame", choices=("world", "frame"),
                    help="decoder direction inputs: world (wi, wo, h) or frame (also cosines with a learned normal)")
     p.add_argument("--latent-format", default="unorm8", choices=("unorm8", "fp16"))
     p.add_argument("--encoder-hidden", default="auto", help="encoder hidden width (auto: the preset)")
     p.add_argument("--points", type=int, default=1 << 22, help="shading points per timing dispatch")
     p.add_argument("--count", type=int, default=6, help="materials to bake (3 samples, then 3 variants)")
+    p.add_argument("--first", type=int, default=0, help="skip this many of them (e.g. 3: the variants only)")
     p.add_argument("--out", default=str(ROOT / "bench" / "out" / "neural_material.json"))
     a = p.parse_args()
     if a.small:
@@ -102,7 +103,7 @@ def main() -> int:
     stage = get_stage("neural_material")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for folder in make_materials(Path(tmp) / "materials", a.size, variants=not a.small)[:a.count]:
+        for folder in make_materials(Path(tmp) / "materials", a.size, variants=not a.small)[a.first:a.first + a.count]:
             files = {q.stem: q for q in sorted(folder.glob("*.png"))}
             last = {}
 

@@ -32,9 +32,10 @@ from bakery.materials import ROLES
 #: costs ~7 ms/step at hidden 16 and the rest of the bake ~5 s, so production (600 steps)
 #: takes ~10 s for 22.0 dB where 60 steps gave 10.9 dB and 200 gave 16.8 (1500: 23.8 dB);
 #: final doubles the widths. The short CPU schedules train best at lr 0.02 (+2 dB
-#: over 0.01 at 200 steps). GPU: the H200 trains batch 2^16 at ~1 ms/step, so production
-#: (40000 steps) takes ~40 s, a third of issue 13's 2-minute budget, final ~80 s; lr 0.01
-#: as bench/neural_material.py measured it.
+#: over 0.01 at 200 steps). GPU: lr 0.01 as bench/neural_material.py measured it; the
+#: decoder is 64 wide (with the frame inputs, bricks 256^2: 32 x 2 26.1 dB, 48 x 2 39.8,
+#: 64 x 2 40.1, 64 x 3 43.3 but under 5x the teacher's speed); the H200 trains batch 2^16 at
+#: ~0.25 ms/step, so production (40000 steps) takes ~10 s at 2048^2, final ~20 s.
 PRESETS = Presets({
     "cpu": {"preview": {"steps": 200, "batch": 1024, "hidden": 16, "encoder_hidden": 16, "lr": 0.02,
                         "eval_directions": 4},
@@ -42,11 +43,11 @@ PRESETS = Presets({
                            "eval_directions": 4},
             "final": {"steps": 2000, "batch": 1024, "hidden": 32, "encoder_hidden": 32, "lr": 0.02,
                       "eval_directions": 8}},
-    "gpu": {"preview": {"steps": 10000, "batch": 1 << 16, "hidden": 32, "encoder_hidden": 32, "lr": 0.01,
+    "gpu": {"preview": {"steps": 10000, "batch": 1 << 16, "hidden": 64, "encoder_hidden": 32, "lr": 0.01,
                         "eval_directions": 8},
-            "production": {"steps": 40000, "batch": 1 << 16, "hidden": 32, "encoder_hidden": 32, "lr": 0.01,
+            "production": {"steps": 40000, "batch": 1 << 16, "hidden": 64, "encoder_hidden": 32, "lr": 0.01,
                            "eval_directions": 8},
-            "final": {"steps": 80000, "batch": 1 << 16, "hidden": 32, "encoder_hidden": 32, "lr": 0.01,
+            "final": {"steps": 80000, "batch": 1 << 16, "hidden": 64, "encoder_hidden": 32, "lr": 0.01,
                       "eval_directions": 8}},
 })
 LATENT_FORMATS = ("unorm8", "fp16")
@@ -92,8 +93,9 @@ class NeuralMaterial(Stage):
         Param("schedule", str, "cosine", "learning-rate schedule", choices=SCHEDULES),
         Param("loss", str, "log", "training loss: L2 on the displayed lit plane (the quality metric's "
               "transform) or on the decoder's log(1 + gain f) output", choices=LOSSES),
-        Param("directions", str, "world", "decoder direction inputs: wi, wo, half vector h (world), or also "
-              "dot(n, wi), dot(n, wo), dot(n, h) for a shading normal n learned in latents 0-2 (frame)",
+        Param("directions", str, "frame", "decoder direction inputs: wi, wo, half vector h (world), or also "
+              "dot(n, wi), dot(n, wo), dot(n, h) for a shading normal n learned in latents 0-2 (frame: "
+              "+4.6 dB at 256^2 on the H200, bench/RESULTS.md)",
               choices=DIRECTIONS),
         Param("latent_format", str, "unorm8", "stored latents: 8-bit with per-channel scale/bias, or fp16",
               choices=LATENT_FORMATS),
