@@ -139,8 +139,10 @@ def test_training_gradients_match_finite_differences(small_objective, device):
     np.testing.assert_allclose(grads, fd, atol=1e-5 * np.abs(fd).max() + 1e-9, rtol=1e-3)
 
 
-def test_slang_student_matches_numpy_forward(small_objective):
-    # the render kernel's decoder (decoder_inputs in either directions mode) against numpy
+def test_slang_student_matches_numpy_forward(small_objective, device):
+    # the render kernel's decoder (decoder_inputs in either directions mode) against numpy;
+    # CoopVec evaluates in fp16 (H200: relative error up to 6e-4)
+    tol = dict(rtol=5e-3, atol=1e-5) if device.coopvec else dict(rtol=1e-4, atol=1e-6)
     params, _, obj, stack, trainer = small_objective
     z = np.random.default_rng(5).uniform(0, 1, (*params.shape[:2], 4)).astype(np.float32)
     obj.bind_latents(z)
@@ -151,7 +153,7 @@ def test_slang_student_matches_numpy_forward(small_objective):
         y = decoder_forward(stack["Network"], decoder, flat, np.broadcast_to(wi, (len(flat), 3)),
                             np.broadcast_to(wo, (len(flat), 3)), obj.directions)
         want = np.maximum(np.expm1(y), 0.0) / OUTPUT_GAIN
-        np.testing.assert_allclose(got.reshape(-1, 3), want, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(got.reshape(-1, 3), want, **tol)
 
 
 def test_frame_features_are_the_learned_normals_cosines():
