@@ -23,8 +23,6 @@ from bakery.stages.neural_material.material import PARAMS
 #: encoder learns in the first three latents (12 features; see :func:`shading_normal`).
 DIRECTIONS = ("world", "frame")
 DIR_FEATURES_BY_MODE = {"world": 9, "frame": 12}
-#: The "world" encoding's feature count (the default; kept for existing callers).
-DIR_FEATURES = DIR_FEATURES_BY_MODE["world"]
 #: Guard of the learned normal's length: n = v / sqrt(|v|^2 + NORMAL_EPS), v = 2 z[0..2] - 1
 #: (BK_NORMAL_EPS in material_fit.slang, NM_NORMAL_EPS in the generated shader).
 NORMAL_EPS = 1e-4

@@ -33,8 +33,8 @@ from bakery.materials import ROLES
 #: takes ~10 s for 22.0 dB where 60 steps gave 10.9 dB and 200 gave 16.8 (1500: 23.8 dB);
 #: final doubles the widths. The short CPU schedules train best at lr 0.02 (+2 dB
 #: over 0.01 at 200 steps). GPU: lr 0.01 as bench/neural_material.py measured it; the
-#: decoder is 64 wide (with the frame inputs, bricks 256^2: 32 x 2 26.1 dB, 48 x 2 39.8,
-#: 64 x 2 40.1, 64 x 3 43.3 but under 5x the teacher's speed); the H200 trains batch 2^16 at
+#: decoder is 64 wide (bricks 256^2 with the frame inputs: 48 x 2 39.8 dB, 64 x 2 40.1, 64 x 3
+#: 43.3 but under 5x the teacher's speed; the old 32 x 2 on world inputs: 26.1); the H200 trains batch 2^16 at
 #: ~0.25 ms/step, so production (40000 steps) takes ~10 s at 2048^2, final ~20 s.
 PRESETS = Presets({
     "cpu": {"preview": {"steps": 200, "batch": 1024, "hidden": 16, "encoder_hidden": 16, "lr": 0.02,
