@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 from bakery.device import open_device  # noqa: E402
 from bakery.nn import parameters  # noqa: E402
 from bakery.formats.images import psnr, set_psnr  # noqa: E402
-from bakery.stages.ntc.objective import LatentTextureFit  # noqa: E402
+from bakery.stages.ntc.objective import LATENT_SCATTER, LatentTextureFit  # noqa: E402
 from bakery.nn.optimizers import Adam  # noqa: E402
 from bakery.nn.trainer import TrainConfig, Trainer  # noqa: E402
 from bakery.materials import load_material, renormalize_normals  # noqa: E402
@@ -144,7 +144,8 @@ def speed(a, dev) -> dict:
     t0 = time.perf_counter()
     obj = LatentTextureFit(dev, mat.image, point.grid, normal_channel=mat.normal_channel)
     if a.big_scatter != "auto":
-        obj.staged_scatter = a.big_scatter == "staged"
+        obj.latent_scatter = a.big_scatter
+    obj.sample_lines = a.big_lines
     tr = Trainer(dev, point.network, obj, TrainConfig(steps=a.big_steps, batch=a.big_batch, optimizer=Adam(lr=5e-3),
                                                       schedule="cosine", steps_per_submit=50))
     tr.train(20)  # compiles the pipelines; these steps count in the schedule, not in the times
@@ -167,7 +168,7 @@ def speed(a, dev) -> dict:
     preview = next(p for p in curve if p["set_psnr"] >= final["set_psnr"] - 1.5)
     ms = train_s / (a.big_steps - 20) * 1e3
     return {"size": a.big, "bpp": point.bpp, "latent_bits": bits, "features": point.grid.features,
-            "staged_scatter": obj.staged_scatter, "steps": a.big_steps, "batch": a.big_batch, "ms_per_step": round(ms, 4),
+            "latent_scatter": obj.latent_scatter, "sample_lines": obj.sample_lines, "steps": a.big_steps, "batch": a.big_batch, "ms_per_step": round(ms, 4),
             "final_set_psnr": final["set_psnr"], "time_to_final_s": final["train_s"],
             "best_set_psnr": best["set_psnr"], "best_step": best["step"], "time_to_best_s": best["train_s"],
             "preview_within_1p5db_s": preview["train_s"], "preview_step": preview["step"], "curve": curve,
@@ -213,8 +214,11 @@ def main() -> int:
     p.add_argument("--big-bpp", type=float, default=8.0)
     p.add_argument("--big-steps", type=int, default=20000)
     p.add_argument("--big-batch", type=int, default=1 << 18)
-    p.add_argument("--big-scatter", choices=("auto", "thread", "staged"), default="auto",
-                   help="latent-gradient scatter of the speed set (auto: staged on a GPU, per thread on the CPU)")
+    p.add_argument("--big-scatter", choices=("auto", *LATENT_SCATTER), default="auto",
+                   help="latent-gradient scatter of the speed set (auto: staged on a GPU, per thread on the CPU; "
+                        "none: a diagnostic, the latents do not train)")
+    p.add_argument("--big-lines", action="store_true",
+                   help="speed set: training samples in lines of 32 texels instead of independent texels")
     p.add_argument("--check", type=int, default=1000)
     p.add_argument("--reduction", help="CoopVec gradient reduction: JSON, or bench/grad_reduction.py's output file")
     p.add_argument("--out", default=str(ROOT / "bench" / "out" / "ntc.json"))
@@ -255,7 +259,7 @@ def main() -> int:
         result["speed"] = speed(a, dev)
         s = result["speed"]
         print(f"{a.big}^2 set at {s['bpp']:.2f} bpp ({s['latent_bits']}-bit codes, {s['features']} features, "
-              f"{'staged' if s['staged_scatter'] else 'per-thread'} latent scatter): {s['ms_per_step']:.3f} ms/step; set PSNR (mean MSE) final "
+              f"{s['latent_scatter']} latent scatter{', line samples' if s['sample_lines'] else ''}): {s['ms_per_step']:.3f} ms/step; set PSNR (mean MSE) final "
               f"{s['final_set_psnr']:.2f} dB after {s['time_to_final_s']:.1f} s, best {s['best_set_psnr']:.2f} dB "
               f"(step {s['best_step']}) after {s['time_to_best_s']:.1f} s, within 1.5 dB of final after "
               f"{s['preview_within_1p5db_s']:.1f} s")

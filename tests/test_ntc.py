@@ -383,12 +383,12 @@ def test_bcn_weighting_aims_every_texture_at_the_same_margin():
     assert w["roughness"] > w["ao"] > 0 and w["albedo"] > w["normal"]
 
 
-@pytest.mark.parametrize("steps", [1, 3])
-def test_staged_latent_scatter_gives_the_same_bits(device, steps):
+@pytest.mark.parametrize("steps,lines", [(1, False), (3, False), (3, True)])
+def test_staged_latent_scatter_gives_the_same_bits(device, steps, lines):
     """The workgroup-staged latent-gradient scatter (the GPU default) adds the same
     fixed-point values as the per-thread one, so the latents after a step are identical
     (after several steps too where the network's own gradients are exact: the portable
-    backend)."""
+    backend), with independent texels or with line samples."""
     from bakery.materials import load_material
     from bakery.nn.optimizers import Adam
     from bakery.nn.trainer import TrainConfig, Trainer
@@ -402,13 +402,20 @@ def test_staged_latent_scatter_gives_the_same_bits(device, steps):
     image = mat.image[:32, :32]
     h, w, c = image.shape
     point = choose(w, h, c, 16.0, hidden=16, layers=1, bits=4, pe_octaves=2)
-    latents = []
-    for staged in (False, True):
+
+    def train(scatter: str, sample_lines: bool) -> np.ndarray:
         obj = LatentTextureFit(device, image, point.grid, normal_channel=mat.normal_channel, noise_steps=steps)
-        obj.staged_scatter = staged
+        obj.latent_scatter, obj.sample_lines = scatter, sample_lines
         tr = Trainer(device, point.network, obj, TrainConfig(steps=steps, batch=1000, optimizer=Adam(lr=5e-3), seed=4))
         before = obj.raw_latents()
         tr.train()
-        latents.append(obj.raw_latents())
-        assert np.count_nonzero(latents[-1] != before) > before.size // 4  # the step moved the latents
-    np.testing.assert_array_equal(latents[0], latents[1])
+        after = obj.raw_latents()
+        moved = np.count_nonzero(after != before)
+        assert (moved == 0) if scatter == "none" else (moved > before.size // 4)  # "none" is the diagnostic
+        return after
+
+    thread = train("thread", lines)
+    np.testing.assert_array_equal(thread, train("staged", lines))
+    train("none", lines)
+    if lines:  # line samples are other samples than independent texels
+        assert not np.array_equal(thread, train("thread", False))

@@ -23,6 +23,7 @@ from bakery.nn.texel_objective import TexelObjective
 LATENT_BITS = (1, 2, 4, 8)   # code widths that tile a 32-bit word exactly
 LATENT_MODES = ("packed", "bc")
 LOD_INPUT_SCALE = 0.25       # the decoder's last input is LOD * this
+LATENT_SCATTER = ("thread", "staged", "none")  # BK_NTC_SCATTER 0, 1, 2 in ntc_fit.slang
 
 
 def mip_size(size: int, level: int) -> int:
@@ -166,10 +167,14 @@ class LatentTextureFit(TexelObjective):
         self.latents = PlainParameters(device, rng.uniform(0.3, 0.7, grid.latent_count), lr=latent_lr, lo=0.0, hi=1.0)
         # BC mode: decoded-minus-raw of the last block-compression pass (straight-through offset)
         self._delta = make_buffer(device, np.zeros(max(1, grid.latent_count), np.float32))
-        #: Latent gradients leave each workgroup in coalesced runs (ntc_fit.slang
-        #: BK_NTC_STAGED_SCATTER), for a GPU's memory system; the CPU device gains nothing
-        #: from it (128^2 check: 337 against 352 ms/step) and keeps the per-thread adds.
-        self.staged_scatter = not device.info.software
+        #: How latent gradients leave the kernel (ntc_fit.slang BK_NTC_SCATTER): "staged"
+        #: (each workgroup's in coalesced runs, for a GPU's memory system), "thread" (each
+        #: thread its own; on the CPU device staging is slower: 128^2 check, 254 against 186
+        #: ms/step), or "none" (a benchmark's diagnostic: the latents do not train).
+        self.latent_scatter = "thread" if device.info.software else "staged"
+        #: Training samples in lines of 32 consecutive texels (ntc_fit.slang BK_NTC_LINES)
+        #: instead of independent texels; off until measured on a GPU.
+        self.sample_lines = False
 
     def slang_source(self) -> str:
         g = self.grid
@@ -177,7 +182,8 @@ class LatentTextureFit(TexelObjective):
                 f"#define BK_PE {g.pe_octaves}\n#define BK_LATENT_BITS {g.bits}\n"
                 f"#define BK_LATENT_BC {int(g.mode == 'bc')}\n#define BK_MIPS {len(g.color_mips)}\n"
                 f"#define BK_LOD_SCALE {LOD_INPUT_SCALE}\n#define BK_NORMAL_CHANNEL {self.normal_channel}\n"
-                f"#define BK_NTC_STAGED_SCATTER {int(self.staged_scatter)}\n"
+                f"#define BK_NTC_SCATTER {LATENT_SCATTER.index(self.latent_scatter)}\n"
+                f"#define BK_NTC_LINES {int(self.sample_lines)}\n"
                 '#include "stages/ntc/ntc_fit.slang"\n')
 
     def vars(self) -> dict:
