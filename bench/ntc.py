@@ -142,10 +142,8 @@ def speed(a, dev) -> dict:
     bits = PRESETS.table[device_class(dev)][a.quality]["latent_bits"]
     point = choose(w, h, c, a.big_bpp, hidden=64, layers=2, bits=bits, pe_octaves=3)
     t0 = time.perf_counter()
-    obj = LatentTextureFit(dev, mat.image, point.grid, normal_channel=mat.normal_channel)
-    if a.big_scatter != "auto":
-        obj.latent_scatter = a.big_scatter
-    obj.sample_lines = a.big_lines
+    obj = LatentTextureFit(dev, mat.image, point.grid, normal_channel=mat.normal_channel,
+                           latent_scatter=None if a.big_scatter == "auto" else a.big_scatter, sample_lines=a.big_lines)
     tr = Trainer(dev, point.network, obj, TrainConfig(steps=a.big_steps, batch=a.big_batch, optimizer=Adam(lr=5e-3),
                                                       schedule="cosine", steps_per_submit=50))
     tr.train(20)  # compiles the pipelines; these steps count in the schedule, not in the times

@@ -38,7 +38,7 @@ IRRADIANCE = np.pi
 HELD_OUT_SEED = 0x0E7A1
 
 
-def dir_features(directions: str = "world") -> int:
+def dir_features(directions: str) -> int:
     """How many direction features the decoder takes in mode ``directions``."""
     if directions not in DIR_FEATURES_BY_MODE:
         raise ValueError(f"directions must be one of {DIRECTIONS}, got {directions!r}")
@@ -104,8 +104,7 @@ def held_out_directions(count: int = 8) -> np.ndarray:
     return np.stack([wi, wo], axis=1)
 
 
-def make_stack(latents: int, hidden: int, layers: int, encoder_hidden: int,
-               directions: str = "world") -> NetworkStack:
+def make_stack(latents: int, hidden: int, layers: int, encoder_hidden: int, directions: str) -> NetworkStack:
     """Encoder: material parameters -> latents in [0, 1] (sigmoid). Decoder ("Network",
     the bundle's one shipped network): latents + encoded directions (``directions`` mode)
     -> log(1 + OUTPUT_GAIN f)."""
@@ -120,8 +119,8 @@ def make_stack(latents: int, hidden: int, layers: int, encoder_hidden: int,
 class MaterialDistillation:
     """Objective for :class:`~bakery.nn.trainer.Trainer` over one material level."""
 
-    def __init__(self, device, params: np.ndarray, latents: int, layers: LayerConstants, loss: str = "log",
-                 directions: str = "world"):
+    def __init__(self, device, params: np.ndarray, latents: int, layers: LayerConstants, loss: str,
+                 directions: str):
         dir_features(directions)
         self.device, self.latents, self.layers, self.loss = device, latents, layers, loss
         self.directions = directions
@@ -268,8 +267,7 @@ def training_batch(params: np.ndarray, layers: LayerConstants, seed: int, step: 
     return texel, wi, wo
 
 
-def decoder_forward(spec: NetworkSpec, params: np.ndarray, z: np.ndarray, wi, wo,
-                    directions: str = "world") -> np.ndarray:
+def decoder_forward(spec: NetworkSpec, params: np.ndarray, z: np.ndarray, wi, wo, directions: str) -> np.ndarray:
     """numpy reference of the decoder alone: log(1 + OUTPUT_GAIN f) from latents z."""
     return spec.forward(params, np.concatenate([z, encode_directions(wi, wo, z, directions)], -1))
 

@@ -30,12 +30,14 @@ from bakery.materials import ROLES
 
 #: What ``auto`` means. CPU (lavapipe, 2 shared cores, bricks 256^2, warm caches): training
 #: costs ~7 ms/step at hidden 16 and the rest of the bake ~5 s, so production (600 steps)
-#: takes ~10 s for 22.0 dB where 60 steps gave 10.9 dB and 200 gave 16.8 (1500: 23.8 dB);
-#: final doubles the widths. The short CPU schedules train best at lr 0.02 (+2 dB
-#: over 0.01 at 200 steps). GPU: lr 0.01 as bench/neural_material.py measured it; the
-#: decoder is 64 wide (bricks 256^2 with the frame inputs: 48 x 2 39.8 dB, 64 x 2 40.1, 64 x 3
-#: 43.3 but under 5x the teacher's speed; the old 32 x 2 on world inputs: 26.1); the H200 trains batch 2^16 at
-#: ~0.25 ms/step, so production (40000 steps) takes ~10 s at 2048^2, final ~20 s.
+#: takes ~10 s for 25.6 dB with the frame inputs (world inputs: 22.0 dB, where 60 steps gave
+#: 10.9 dB and 200 gave 16.8); final doubles the widths. The short CPU schedules train best
+#: at lr 0.02 (+2 dB over 0.01 at 200 steps). GPU: lr 0.01 as bench/neural_material.py
+#: measured it; the decoder is 64 x 2 (bricks 256^2 with the frame inputs: 48 x 2 39.8 dB,
+#: 64 x 2 40.1, 64 x 3 43.3 but under 5x the teacher's speed; the old 32 x 2 on world inputs
+#: 26.1). 64 x 2 rather than 48 x 2 for the margin: at 2048^2, where it was measured, it
+#: still runs 9-31x faster than the teacher. The H200 trains batch 2^16 at ~0.25 ms/step,
+#: so production (40000 steps) takes ~10 s at 2048^2, final ~20 s.
 PRESETS = Presets({
     "cpu": {"preview": {"steps": 200, "batch": 1024, "hidden": 16, "encoder_hidden": 16, "lr": 0.02,
                         "eval_directions": 4},
@@ -95,7 +97,7 @@ class NeuralMaterial(Stage):
               "transform) or on the decoder's log(1 + gain f) output", choices=LOSSES),
         Param("directions", str, "frame", "decoder direction inputs: wi, wo, half vector h (world), or also "
               "dot(n, wi), dot(n, wo), dot(n, h) for a shading normal n learned in latents 0-2 (frame: "
-              "+4.6 dB at 256^2 on the H200, bench/RESULTS.md)",
+              "+2.7 dB for a 48 x 3 decoder at 256^2 on the H200, bench/RESULTS.md)",
               choices=DIRECTIONS),
         Param("latent_format", str, "unorm8", "stored latents: 8-bit with per-channel scale/bias, or fp16",
               choices=LATENT_FORMATS),

@@ -145,7 +145,8 @@ class LatentTextureFit(TexelObjective):
     one code step for the first ``noise_steps`` steps, exact rounding after."""
 
     def __init__(self, device, image: np.ndarray, grid: LatentGridSpec, *, channel_weights=None,
-                 normal_channel: int = -1, latent_lr: float = 2e-2, seed: int = 0, noise_steps: int = 0):
+                 normal_channel: int = -1, latent_lr: float = 2e-2, seed: int = 0, noise_steps: int = 0,
+                 latent_scatter: str | None = None, sample_lines: bool = False):
         if image.shape[:2] != (grid.height, grid.width):
             raise ValueError("latent grid spec is for another texture size")
         self.grid, self.normal_channel = grid, normal_channel
@@ -170,11 +171,16 @@ class LatentTextureFit(TexelObjective):
         #: How latent gradients leave the kernel (ntc_fit.slang BK_NTC_SCATTER): "staged"
         #: (each workgroup's in coalesced runs, for a GPU's memory system), "thread" (each
         #: thread its own; on the CPU device staging is slower: 128^2 check, 254 against 186
-        #: ms/step), or "none" (a benchmark's diagnostic: the latents do not train).
-        self.latent_scatter = "thread" if device.info.software else "staged"
+        #: ms/step), or "none" (a benchmark's diagnostic: the latents do not train). None:
+        #: the device's choice. Read when the trainer compiles the kernels.
+        if latent_scatter is None:
+            latent_scatter = "thread" if device.info.software else "staged"
+        if latent_scatter not in LATENT_SCATTER:
+            raise ValueError(f"latent_scatter must be one of {LATENT_SCATTER}, got {latent_scatter!r}")
+        self.latent_scatter = latent_scatter
         #: Training samples in lines of 32 consecutive texels (ntc_fit.slang BK_NTC_LINES)
         #: instead of independent texels; off until measured on a GPU.
-        self.sample_lines = False
+        self.sample_lines = bool(sample_lines)
 
     def slang_source(self) -> str:
         g = self.grid
