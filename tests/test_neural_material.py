@@ -96,8 +96,8 @@ def test_layered_material_is_reciprocal():
     assert np.all(f_io >= 0) and np.any(f_io > 0.1)
 
 
-# (loss, directions): both losses in the default "world" mode, "frame" with the log loss
-OBJECTIVES = [(loss, "world") for loss in LOSSES] + [("log", "frame")]
+# (loss, directions): both losses in both modes
+OBJECTIVES = [(loss, directions) for directions in DIRECTIONS for loss in LOSSES]
 
 
 @pytest.fixture(scope="module", params=OBJECTIVES, ids=lambda p: "-".join(p))
@@ -186,8 +186,8 @@ def bundle(tmp_path_factory, device, request):
     root = tmp_path_factory.mktemp("nm")
     mat = _material(root / "bricks")
     out = root / "out"
-    mode = [] if request.param == "world" else ["--param", f"directions={request.param}"]  # world: the default
-    r = _run("run", "neural_material", mat, "-o", out, "--seed", 2, *SMALL, "--param", "quality=preview", *mode)
+    r = _run("run", "neural_material", mat, "-o", out, "--seed", 2, *SMALL, "--param", "quality=preview",
+             "--param", f"directions={request.param}")
     assert r.exit_code == 0, r.output
     return mat, out, json.loads((out / "manifest.json").read_text())
 
@@ -235,7 +235,12 @@ def test_latents_have_a_full_mip_chain_and_scale_bias(bundle):
         assert (out / name).exists()
 
 
-def test_generated_eval_matches_numpy_forward(bundle, device):
+@pytest.mark.parametrize("path", ["plain", "coopvec"])
+def test_generated_eval_matches_numpy_forward(bundle, device, path):
+    """material_eval.slang's plain path from weights.bin as stored, and its
+    cooperative-vector path from matrices converted to the device's layout (compiled
+    everywhere; run where the device has cooperative vectors), against numpy."""
+    from bakery.formats.coopvec_shader import coopvec_weight_buffer
     from bakery.formats.weights import decode_weights
     from bakery.nn.network import NetworkSpec
     from bakery.nn.parameters import make_buffer
@@ -254,8 +259,16 @@ def test_generated_eval_matches_numpy_forward(bundle, device):
     wi, wo = dirs[:, 0].astype(np.float32), dirs[:, 1].astype(np.float32)
     y = decoder_forward(spec, params, z, wi, wo, directions)
     want = np.maximum(np.expm1(y), 0.0) / OUTPUT_GAIN
+    layers = len(spec.layers)
+    if path == "plain":
+        decl, offsets, call = "StructuredBuffer<uint> g_w;", "", "neural_material_eval(g_w, z, wi, wo)"
+    else:
+        decl = "ByteAddressBuffer g_w;\nStructuredBuffer<uint> g_at;"
+        offsets = (f"    NmMlpCoopVecOffsets at;\n    for (uint l = 0u; l < {layers}u; l++)\n    {{\n"
+                   f"        at.matrix[l] = g_at[l];\n        at.bias[l] = g_at[{layers}u + l];\n    }}\n")
+        call = "neural_material_eval_coopvec(g_w, at, z, wi, wo)"
     src = (out / "material_eval.slang").read_text() + f"""
-StructuredBuffer<uint> g_w;
+{decl}
 StructuredBuffer<float> g_in;
 RWStructuredBuffer<float> g_out;
 [shader("compute")]
@@ -268,21 +281,29 @@ void main(uint3 tid: SV_DispatchThreadID)
         z[i] = g_in[t * {n + 6}u + i];
     float3 wi = float3(g_in[t * {n + 6}u + {n}u], g_in[t * {n + 6}u + {n + 1}u], g_in[t * {n + 6}u + {n + 2}u]);
     float3 wo = float3(g_in[t * {n + 6}u + {n + 3}u], g_in[t * {n + 6}u + {n + 4}u], g_in[t * {n + 6}u + {n + 5}u]);
-    float3 f = neural_material_eval(g_w, z, wi, wo);
+{offsets}    float3 f = {call};
     g_out[t * 3u + 0u] = f.x;
     g_out[t * 3u + 1u] = f.y;
     g_out[t * 3u + 2u] = f.z;
 }}
 """
-    kernel = device.kernel(src, "main")
-    words = np.frombuffer(data + b"\0" * (-len(data) % 4), np.uint32)
+    kernel = device.kernel(src, "main")  # compiles on every device
+    if path == "plain":
+        weights, tol = {"g_w": make_buffer(device, np.frombuffer(data + b"\0" * (-len(data) % 4), np.uint32))}, 1e-3
+    elif not device.coopvec:
+        pytest.skip("compiled; running it needs cooperative vectors (NVIDIA GPU, Vulkan)")
+    else:
+        buf, at_matrix, at_bias = coopvec_weight_buffer(device.spy, spec, params)
+        weights = {"g_w": make_buffer(device, buf.view(np.uint32)),
+                   "g_at": make_buffer(device, np.asarray(at_matrix + at_bias, np.uint32))}
+        tol = 2e-2  # fp16 activations between layers
     inputs = make_buffer(device, np.concatenate([z, wi, wo], -1).reshape(-1))
     result = make_buffer(device, np.zeros(256 * 3, np.float32))
-    device.submit(lambda enc: kernel.dispatch([256, 1, 1], vars={"g_w": make_buffer(device, words), "g_in": inputs,
-                                                                 "g_out": result}, command_encoder=enc))
+    device.submit(lambda enc: kernel.dispatch([256, 1, 1], vars={**weights, "g_in": inputs, "g_out": result},
+                                              command_encoder=enc))
     device.wait()
     got = result.to_numpy().view(np.float32)[:256 * 3].reshape(256, 3)
-    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol / 10)
 
 
 def test_same_seed_gives_the_same_bytes(tmp_path, device):

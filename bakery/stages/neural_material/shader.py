@@ -1,12 +1,17 @@
-"""Generated runtime decoder of a neural material (Slang; the same text is valid HLSL):
-fetch the latents from the bundle's latent texture array (any mip, filtered by the
-sampler), undo the per-channel scale/bias, and evaluate the decoder MLP on the latents
-and the encoded light/view directions (``directions`` "frame": also the cosines of a
-shading normal held in the first three latents, as objective.py::encode_directions). Plain scalar path; an engine with cooperative
-vectors converts the matrices at load and swaps ``nm_mlp_decode`` for its own."""
+"""Generated runtime decoder of a neural material: fetch the latents from the bundle's
+latent texture array (any mip, filtered by the sampler), undo the per-channel scale/bias,
+and evaluate the decoder MLP on the latents and the encoded light/view directions
+(``directions`` "frame": also the cosines of a shading normal held in the first three
+latents, as objective.py::encode_directions).
+
+Two paths: ``neural_material_eval`` multiplies in scalar loops from ``weights.bin`` as
+stored (Slang; the same text is valid HLSL), and, in the Slang file,
+``neural_material_eval_coopvec`` runs each layer on the tensor cores from matrices the
+engine converted at load (bakery/formats/coopvec_shader.py)."""
 
 from __future__ import annotations
 
+from bakery.formats.coopvec_shader import generate_coopvec
 from bakery.formats.shadergen import generate
 from bakery.nn.network import NetworkSpec
 
@@ -16,7 +21,7 @@ def _floats(values) -> str:
 
 
 def generate_material_eval(spec: NetworkSpec, latents: int, scale, bias, lang: str = "slang",
-                           *, dtype: str = "float16", directions: str = "world") -> str:
+                           *, directions: str, dtype: str = "float16") -> str:
     from bakery.stages.neural_material.objective import NORMAL_EPS, OUTPUT_GAIN, dir_features
 
     if spec.n_inputs != latents + dir_features(directions):
@@ -38,6 +43,20 @@ float3 neural_material_normal(float z[NM_LATENTS])
     inputs[NM_LATENTS + 11u] = dot(n, h);
 """ if frame else ""
     mlp = generate(spec, lang, dtype=dtype, prefix="nm_mlp")
+    coopvec = "" if lang != "slang" else "\n" + generate_coopvec(spec, prefix="nm_mlp") + """
+// Cooperative-vector path (Slang only): weights and offsets as nm_mlp_decode_coopvec takes them.
+float3 neural_material_eval_coopvec(ByteAddressBuffer weights, NmMlpCoopVecOffsets at, float z[NM_LATENTS],
+                                    float3 wi, float3 wo)
+{
+    if (wi.z <= 0.0 || wo.z <= 0.0)
+        return float3(0.0, 0.0, 0.0);
+    float inputs[NM_MLP_N_INPUTS];
+    neural_material_inputs(z, wi, wo, inputs);
+    float y[NM_MLP_N_OUTPUTS];
+    nm_mlp_decode_coopvec(weights, at, inputs, y);
+    return neural_material_reflectance(y);
+}
+"""
     return mlp + f"""
 // ---- neural material -------------------------------------------------------------------
 // latents: the bundle's latents texture array (feature f in layer f / 4, component f % 4),
@@ -62,11 +81,9 @@ void neural_material_latents(Texture2DArray<float4> latents, SamplerState s, flo
     }}
 }}
 {normal}
-float3 neural_material_eval(StructuredBuffer<uint> weights, float z[NM_LATENTS], float3 wi, float3 wo)
+// The decoder's inputs: latents, wi, wo, their half vector (and the frame cosines).
+void neural_material_inputs(float z[NM_LATENTS], float3 wi, float3 wo, out float inputs[NM_MLP_N_INPUTS])
 {{
-    if (wi.z <= 0.0 || wo.z <= 0.0)
-        return float3(0.0, 0.0, 0.0);
-    float inputs[NM_MLP_N_INPUTS];
     for (uint i = 0u; i < NM_LATENTS; i++)
         inputs[i] = z[i];
     float3 h = normalize(wi + wo);
@@ -79,8 +96,22 @@ float3 neural_material_eval(StructuredBuffer<uint> weights, float z[NM_LATENTS],
     inputs[NM_LATENTS + 6u] = h.x;
     inputs[NM_LATENTS + 7u] = h.y;
     inputs[NM_LATENTS + 8u] = h.z;
-{cosines}    float y[NM_MLP_N_OUTPUTS];
-    nm_mlp_decode(weights, inputs, y);
+{cosines}}}
+
+float3 neural_material_reflectance(float y[NM_MLP_N_OUTPUTS])
+{{
     return max(exp(float3(y[0], y[1], y[2])) - 1.0, float3(0.0, 0.0, 0.0)) / NM_OUTPUT_GAIN;
 }}
-"""
+
+// Plain path: weights.bin bound as stored.
+float3 neural_material_eval(StructuredBuffer<uint> weights, float z[NM_LATENTS], float3 wi, float3 wo)
+{{
+    if (wi.z <= 0.0 || wo.z <= 0.0)
+        return float3(0.0, 0.0, 0.0);
+    float inputs[NM_MLP_N_INPUTS];
+    neural_material_inputs(z, wi, wo, inputs);
+    float y[NM_MLP_N_OUTPUTS];
+    nm_mlp_decode(weights, inputs, y);
+    return neural_material_reflectance(y);
+}}
+{coopvec}"""
