@@ -5,7 +5,7 @@
 #
 #   bash bench/all.sh NAME[:SECONDS] ...
 #
-# NAME: suite | mipmap | fit | procedural | train_texture | ntc | neural_material | runners | scale
+# NAME: suite | mipmap | fit | procedural | train_texture | ntc | ntc_scatter | neural_material | runners | scale
 # Prepare the machine first (see README): source .device/setup.sh and install .whl/*.whl.
 set -u
 cd "$(dirname "$0")/.."
@@ -26,6 +26,8 @@ command_of() {
     procedural)      echo "python3 bench/procedural.py --device vulkan --workers 6" ;;
     train_texture)   echo "python3 bench/train_texture.py --device vulkan --steps 500" ;;
     ntc)             echo "python3 bench/ntc.py --device vulkan --big 2048 --big-steps 2000 --check 500" ;;
+    ntc_scatter)     echo "python3 bench/ntc.py --device vulkan --bpp --big 2048 --big-steps 1000 --check 500" \
+                          "--big-scatter thread staged none --big-samples texels lines --out bench/out/ntc_scatter.json" ;;
     neural_material) echo "python3 bench/neural_material.py --device vulkan" ;;
     runners)         echo "python3 bench/runners.py --device vulkan --jobs 2" ;;
     scale)           echo "python3 bench/scale.py --device vulkan --gpus 1" ;;
