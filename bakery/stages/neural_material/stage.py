@@ -21,6 +21,7 @@ from bakery.progress import TrainingProgress
 from bakery.shading.layered import QUADRATURES, LayerConstants
 from bakery.stages import Param, Stage, StageResult, register
 from bakery.stages.neural_material.evaluate import FLIP_CROP, flip_mean, preview, psnr_pooled
+from bakery.stages.neural_material.finetune import LatentFinetune, finetune_latents
 from bakery.stages.neural_material.material import mip_chain, material_params
 from bakery.stages.neural_material.objective import (DIRECTIONS, LOSSES, NORMAL_EPS, OUTPUT_GAIN,
                                                      MaterialDistillation, held_out_directions, make_stack)
@@ -59,12 +60,19 @@ def quantize(levels: list[np.ndarray], fmt: str):
     """Stored latents per level and their per-channel (scale, bias): value = bias + scale * stored."""
     n = levels[0].shape[-1]
     if fmt == "fp16":
-        return [z.astype(np.float16).astype(np.float32) for z in levels], np.ones(n), np.zeros(n)
-    lo = np.min([z.reshape(-1, n).min(0) for z in levels], axis=0).astype(np.float64)
-    hi = np.max([z.reshape(-1, n).max(0) for z in levels], axis=0).astype(np.float64)
-    scale = np.where(hi > lo, hi - lo, 1.0)
-    stored = [np.round(np.clip((z - lo) / scale, 0.0, 1.0) * 255.0) / 255.0 for z in levels]
-    return [s.astype(np.float32) for s in stored], scale, lo
+        scale, bias = np.ones(n), np.zeros(n)
+    else:
+        bias = np.min([z.reshape(-1, n).min(0) for z in levels], axis=0).astype(np.float64)
+        hi = np.max([z.reshape(-1, n).max(0) for z in levels], axis=0).astype(np.float64)
+        scale = np.where(hi > bias, hi - bias, 1.0)
+    return [store_level(z, fmt, scale, bias) for z in levels], scale, bias
+
+
+def store_level(z: np.ndarray, fmt: str, scale, bias) -> np.ndarray:
+    """One level's stored values in a given per-channel range (8-bit codes / 255, or fp16)."""
+    if fmt == "fp16":
+        return z.astype(np.float16).astype(np.float32)
+    return (np.round(np.clip((z - bias) / scale, 0.0, 1.0) * 255.0) / 255.0).astype(np.float32)
 
 
 def parse_color(text: str) -> tuple[float, float, float]:
@@ -101,6 +109,9 @@ class NeuralMaterial(Stage):
               choices=DIRECTIONS),
         Param("latent_format", str, "unorm8", "stored latents: 8-bit with per-channel scale/bias, or fp16",
               choices=LATENT_FORMATS),
+        Param("finetune_steps", int, 0, "after the bake, steps that fit the level-0 latent texels directly "
+              "through the frozen decoder, as stored (0: off)", min=0, max=1_000_000),
+        Param("finetune_lr", float, 2e-3, "Adam learning rate of the latent fine-tuning", min=1e-6, max=1.0),
         Param("coat_weight", float, 1.0, "clear-coat layer weight", min=0.0, max=1.0),
         Param("coat_roughness", float, 0.3, "clear-coat perceptual roughness", min=0.02, max=1.0),
         Param("coat_ior", float, 1.5, "clear-coat index of refraction", min=1.0, max=3.0),
@@ -147,6 +158,19 @@ class NeuralMaterial(Stage):
             obj.bind_material(level)
             raw.append(obj.encode(trainer))
         stored, scale, bias = quantize(raw, params["latent_format"])
+        if params["finetune_steps"]:
+            # the level-0 texels fitted directly through the decoder, in the bake's range
+            tune = LatentFinetune(ctx.device, base, raw[0], scale, bias, layers, loss=params["loss"],
+                                  directions=directions_mode, latent_format=params["latent_format"],
+                                  lr=params["finetune_lr"])
+            started = time.perf_counter()
+            tuned = finetune_latents(ctx.device, stack["Network"], stack.unstack(trainer.params())["Network"], tune,
+                                     steps=params["finetune_steps"], batch=batch, seed=ctx.seed,
+                                     progress=TrainingProgress(_with_train_seconds(ctx.progress, started),
+                                                               params["finetune_steps"]))
+            stored[0] = store_level(tuned, params["latent_format"], scale, bias)
+            ctx.log.info("%s: fine-tuned the level-0 latents %d steps in %.2f s", inp.name, params["finetune_steps"],
+                         time.perf_counter() - started)
         decoded = [bias.astype(np.float32) + scale.astype(np.float32) * s for s in stored]
 
         # Quality after quantisation, level 0.
@@ -205,7 +229,8 @@ class NeuralMaterial(Stage):
                  "direction_encoding": _direction_encoding(directions_mode),
                  "training": {"device_class": dclass, "quality": params["quality"], "steps": steps, "batch": batch,
                               "hidden": params["hidden"], "encoder_hidden": params["encoder_hidden"],
-                              "lr": params["lr"], "schedule": params["schedule"], "loss": params["loss"]},
+                              "lr": params["lr"], "schedule": params["schedule"], "loss": params["loss"],
+                              "finetune_steps": params["finetune_steps"], "finetune_lr": params["finetune_lr"]},
                  "evaluation": {"directions": directions.round(6).tolist(), "display": "Reinhard(pi * f), sRGB",
                                 "psnr": "pooled MSE over all renders",
                                 "psnr_db_per_direction": [round(psnr_pooled([t], [s]), 3)
