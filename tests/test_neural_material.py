@@ -383,3 +383,27 @@ def test_latent_finetuning_lowers_the_loss_of_the_stored_latents(device, latent_
     np.testing.assert_array_equal(stack.unstack(trainer.params())["Network"], decoder)  # the decoder is untouched
     before, after = loss(stored), loss(store_level(tuned, latent_format, scale, bias))
     assert after < 0.98 * before, (before, after)  # CPU, unorm8: 0.1967 -> 0.1879 (the 16-wide decoder is the floor)
+
+
+@pytest.mark.skipif(__import__("shutil").which("glslangValidator") is None,
+                    reason="glslangValidator absent (apt-get install glslang-tools)")
+def test_material_eval_hlsl_compiles_with_glslang(bundle, tmp_path):
+    """Khronos' reference compiler (its HLSL front end) takes material_eval.hlsl as written,
+    latent sampling included."""
+    import subprocess
+
+    _, out, _ = bundle
+    path = tmp_path / "t.hlsl"
+    path.write_text((out / "material_eval.hlsl").read_text() + """
+StructuredBuffer<uint> W; Texture2DArray<float4> L; SamplerState S; RWStructuredBuffer<float> O;
+[numthreads(1, 1, 1)] void main(uint3 t: SV_DispatchThreadID)
+{
+    float z[NM_LATENTS];
+    neural_material_latents(L, S, float2(0.25, 0.75), 0.0, z);
+    float3 f = neural_material_eval(W, z, normalize(float3(0.3, 0.1, 1.0)), float3(0.0, 0.0, 1.0));
+    O[0] = f.x + f.y + f.z;
+}
+""")
+    r = subprocess.run(["glslangValidator", "-D", "-S", "comp", "-e", "main", "-V", str(path), "-o",
+                        str(tmp_path / "t.spv")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
