@@ -178,6 +178,9 @@ def test_timing_kernels_run(small_objective):
     for who in ("teacher", "decoder"):
         seconds, method = obj.time_per_point(trainer, who, 4096, dispatches=(1, 3), repeats=1)
         assert np.isfinite(seconds) and "slope" in method
+    timing = obj.speed_against_teacher(trainer, 1024, rounds=2, dispatches=(1, 2), repeats=1)
+    assert timing["points"] == 1024 and "alternately, 2 rounds" in timing["method"]
+    assert np.isfinite(timing["teacher_ns_per_point"]) and np.isfinite(timing["decoder_ns_per_point"])
 
 
 # -- the stage ----------------------------------------------------------------------------

@@ -187,12 +187,7 @@ class NeuralMaterial(Stage):
 
         timing = None
         if dclass == "gpu":
-            t_teacher, method = obj.time_per_point(trainer, "teacher", params["time_points"])
-            t_decoder, _ = obj.time_per_point(trainer, "decoder", params["time_points"])
-            timing = {"points": params["time_points"], "teacher_ns_per_point": t_teacher * 1e9,
-                      "decoder_ns_per_point": t_decoder * 1e9,
-                      "speedup": t_teacher / t_decoder if t_teacher > 0 and t_decoder > 0 else None,
-                      "method": method}
+            timing = obj.speed_against_teacher(trainer, params["time_points"])
 
         nets = stack.unstack(trainer.params())
         decoder = stack["Network"]
