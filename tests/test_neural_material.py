@@ -179,7 +179,7 @@ def test_timing_kernels_run(small_objective):
         seconds, method = obj.time_per_point(trainer, who, 4096, dispatches=(1, 3), repeats=1)
         assert np.isfinite(seconds) and "slope" in method
     timing = obj.speed_against_teacher(trainer, 1024, rounds=2, dispatches=(1, 2), repeats=1)
-    assert timing["points"] == 1024 and "alternately, 2 rounds" in timing["method"]
+    assert timing["points"] == 1024 and "alternately" in timing["method"] and "2 rounds" in timing["method"]
     assert np.isfinite(timing["teacher_ns_per_point"]) and np.isfinite(timing["decoder_ns_per_point"])
 
 
@@ -291,7 +291,7 @@ void main(uint3 tid: SV_DispatchThreadID)
     g_out[t * 3u + 2u] = f.z;
 }}
 """
-    kernel = device.kernel(src, "main")  # compiles on every device
+    kernel = device.kernel(src, "main")  # compiles to SPIR-V on every device (lavapipe cannot create the pipeline)
     if path == "plain":
         weights, tol = {"g_w": make_buffer(device, np.frombuffer(data + b"\0" * (-len(data) % 4), np.uint32))}, 1e-3
     elif not device.coopvec:
@@ -382,8 +382,10 @@ def test_latent_finetuning_lowers_the_loss_of_the_stored_latents(device, latent_
 
     tune = LatentFinetune(device, params, raw, scale, bias, c, loss="log", directions="frame",
                           latent_format=latent_format, lr=2e-3)
-    tuned = finetune_latents(device, stack["Network"], decoder, tune, steps=300, batch=1024, seed=3)
-    np.testing.assert_array_equal(stack.unstack(trainer.params())["Network"], decoder)  # the decoder is untouched
+    tuned, decoder_after = finetune_latents(device, stack["Network"], decoder, tune, steps=300, batch=1024, seed=3)
+    np.testing.assert_array_equal(decoder_after, decoder)  # the decoder is frozen
+    if latent_format == "unorm8":  # no drift past the stored range (Adam's momentum: a few steps of lr)
+        assert np.all(tuned >= bias - 5 * 2e-3) and np.all(tuned <= bias + scale + 5 * 2e-3)
     before, after = loss(stored), loss(store_level(tuned, latent_format, scale, bias))
     assert after < 0.98 * before, (before, after)  # CPU, unorm8: 0.1967 -> 0.1879 (the 16-wide decoder is the floor)
 

@@ -19,6 +19,10 @@ from bakery.nn.network import NetworkSpec
 
 MATRIX_ALIGN = 64   # cooperative-vector matrix offsets
 BIAS_ALIGN = 16     # and vector offsets, in bytes
+#: Activations as whole-vector CoopVec expressions of ``v`` (element loops through a CoopVec
+#: are slow on the driver, see bakery/nn/mlp_coopvec.slang); others go element by element.
+VECTOR_ACTIVATIONS = {"relu": "max({v}, CoopVec<half, {n}>(half(0.0)))",
+                      "leaky_relu": "max({v}, {v} * half(%r))" % activations.LEAKY_SLOPE}
 
 
 def generate_coopvec(spec: NetworkSpec, *, prefix: str = "bakery") -> str:
@@ -26,7 +30,7 @@ def generate_coopvec(spec: NetworkSpec, *, prefix: str = "bakery") -> str:
     network as ``{prefix}_decode``, with fp16 activations between layers.
     ``at`` is a ``{Prefix}CoopVecOffsets``: each layer's matrix and bias byte offset in
     ``weights`` (:func:`coopvec_weight_buffer` returns them)."""
-    P, U = prefix, prefix.upper()
+    P = prefix
     struct = f"{''.join(w.title() for w in P.split('_'))}CoopVecOffsets"
     n_layers = len(spec.layers)
     enc = spec.encoding.n_outputs
@@ -48,7 +52,9 @@ def generate_coopvec(spec: NetworkSpec, *, prefix: str = "bakery") -> str:
                 f"        weights, at.matrix[{n - 1}], CoopVecComponentType::Float16, weights, at.bias[{n - 1}], "
                 "CoopVecComponentType::Float16,",
                 "        CoopVecMatrixLayout::InferencingOptimal, false, 0);"]
-        if lay.activation != "identity":
+        if lay.activation in VECTOR_ACTIVATIONS:
+            out.append(f"    h{n} = {VECTOR_ACTIVATIONS[lay.activation].format(v=f'h{n}', n=lay.n_out)};")
+        elif lay.activation != "identity":
             out += [f"    for (int i = 0; i < {lay.n_out}; i++)", "    {", f"        float v = float(h{n}[i]);",
                     f"        h{n}[i] = half({activations.get(lay.activation).shader('v')});", "    }"]
     out += [f"    for (int o = 0; o < {spec.n_outputs}; o++)", f"        outputs[o] = float(h{n_layers}[o]);", "}", ""]

@@ -54,9 +54,15 @@ class LatentFinetune:
 
 
 def finetune_latents(device, decoder: NetworkSpec, decoder_params: np.ndarray, objective: LatentFinetune, *,
-                     steps: int, batch: int, seed: int, progress=None) -> np.ndarray:
+                     steps: int, batch: int, seed: int, progress=None) -> tuple[np.ndarray, np.ndarray]:
     """Trains ``objective``'s latents ``steps`` steps (cosine schedule) with the decoder's
-    parameters fixed (Adam at learning rate 0), and returns them [H, W, N] unquantised."""
+    parameters fixed (Adam at learning rate 0), and returns (latents [H, W, N] unquantised,
+    the decoder's parameters as training left them: unchanged).
+
+    The frozen decoder still computes its weight gradients each step (the trainer has no
+    frozen network): fine-tuning costs about what distillation does per step. On CoopVec,
+    a step whose fp16 gradients overflow skips the network's update, not the latents'."""
     cfg = TrainConfig(steps=steps, batch=batch, optimizer=Adam(lr=0.0), schedule="cosine", seed=seed ^ 0xF17E)
-    Trainer(device, decoder, objective, cfg, params=decoder_params).train(progress=progress)
-    return objective.latents_now()
+    trainer = Trainer(device, decoder, objective, cfg, params=decoder_params)
+    trainer.train(progress=progress)
+    return objective.latents_now(), trainer.params()

@@ -164,10 +164,11 @@ class NeuralMaterial(Stage):
                                   directions=directions_mode, latent_format=params["latent_format"],
                                   lr=params["finetune_lr"])
             started = time.perf_counter()
-            tuned = finetune_latents(ctx.device, stack["Network"], stack.unstack(trainer.params())["Network"], tune,
-                                     steps=params["finetune_steps"], batch=batch, seed=ctx.seed,
-                                     progress=TrainingProgress(_with_train_seconds(ctx.progress, started),
-                                                               params["finetune_steps"]))
+            tuned, _ = finetune_latents(ctx.device, stack["Network"], stack.unstack(trainer.params())["Network"], tune,
+                                        steps=params["finetune_steps"], batch=batch, seed=ctx.seed,
+                                        progress=TrainingProgress(_with_train_seconds(ctx.progress, started,
+                                                                                      "finetune_s"),
+                                                                  params["finetune_steps"]))
             stored[0] = store_level(tuned, params["latent_format"], scale, bias)
             ctx.log.info("%s: fine-tuned the level-0 latents %d steps in %.2f s", inp.name, params["finetune_steps"],
                          time.perf_counter() - started)
@@ -247,11 +248,11 @@ def _direction_encoding(directions: str) -> list[str]:
     return names
 
 
-def _with_train_seconds(report, started: float):
-    """``report`` with ``train_s`` (wall seconds since ``started``) on the last step's
-    call: the training time for progress displays and bench/neural_material.py."""
+def _with_train_seconds(report, started: float, key: str = "train_s"):
+    """``report`` with ``key`` (wall seconds since ``started``) on the last step's call:
+    the training time for progress displays and bench/neural_material.py."""
     def progress(done=None, total=None, **info):
         if total is not None and done is not None and done >= total:
-            info["train_s"] = round(time.perf_counter() - started, 3)
+            info[key] = round(time.perf_counter() - started, 3)
         report(done, total=total, **info)
     return progress
