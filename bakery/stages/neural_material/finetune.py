@@ -12,7 +12,7 @@ from bakery.nn.optimizers import Adam
 from bakery.nn.parameters import PlainParameters, make_buffer
 from bakery.nn.trainer import TrainConfig, Trainer
 from bakery.shading.layered import LayerConstants
-from bakery.stages.neural_material.objective import dir_features
+from bakery.stages.neural_material.objective import dir_features, material_uniforms
 
 
 class LatentFinetune:
@@ -42,9 +42,7 @@ class LatentFinetune:
                 "g_latent_grads": self.group.grads, "g_latent_range": self._range}
 
     def uniforms(self, step: int, batch: int, seed: int) -> dict:
-        return {"texels": self.texels, "batch": batch, "seed": seed & 0xFFFFFFFF, "step": step,
-                "grad_scale": 1.0 / batch, "layers": self.layers.uniforms(),
-                "wi": [0.0, 0.0, 1.0], "wo": [0.0, 0.0, 1.0]}
+        return material_uniforms(self.texels, self.layers, step, batch, seed)
 
     def param_groups(self) -> list:
         return [self.group]

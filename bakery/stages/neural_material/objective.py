@@ -116,6 +116,14 @@ def make_stack(latents: int, hidden: int, layers: int, encoder_hidden: int, dire
     return NetworkStack((("Encoder", encoder), ("Network", decoder)))
 
 
+def material_uniforms(texels: int, layers: LayerConstants, step: int, batch: int, seed: int, *,
+                      wi=(0.0, 0.0, 1.0), wo=(0.0, 0.0, 1.0)) -> dict:
+    """``MaterialUniforms`` (material_common.slang) of one step or one render."""
+    return {"texels": texels, "batch": batch, "seed": seed & 0xFFFFFFFF, "step": step,
+            "grad_scale": 1.0 / batch, "layers": layers.uniforms(),
+            "wi": [float(v) for v in wi], "wo": [float(v) for v in wo]}
+
+
 class MaterialDistillation:
     """Objective for :class:`~bakery.nn.trainer.Trainer` over one material level."""
 
@@ -139,9 +147,7 @@ class MaterialDistillation:
         return {"g_material": self._material, "g_latents": self._latents, "g_output": self._output}
 
     def uniforms(self, step: int, batch: int, seed: int, *, wi=(0.0, 0.0, 1.0), wo=(0.0, 0.0, 1.0)) -> dict:
-        return {"texels": self.texels, "batch": batch, "seed": seed & 0xFFFFFFFF, "step": step,
-                "grad_scale": 1.0 / batch, "layers": self.layers.uniforms(),
-                "wi": [float(v) for v in wi], "wo": [float(v) for v in wo]}
+        return material_uniforms(self.texels, self.layers, step, batch, seed, wi=wi, wo=wo)
 
     def param_groups(self) -> list:
         return []

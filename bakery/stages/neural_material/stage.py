@@ -151,6 +151,8 @@ class NeuralMaterial(Stage):
         ctx.log.info("%s: trained %d steps x batch %d in %.2f s (%s, %s)", inp.name, steps, batch,
                      time.perf_counter() - started, dclass, params["quality"])
 
+        nets = stack.unstack(trainer.params())  # the trained networks, downloaded once
+
         # Bake: the encoder over every level of the filtered parameters, then quantise.
         chain = mip_chain(base)
         raw = []
@@ -164,7 +166,7 @@ class NeuralMaterial(Stage):
                                   directions=directions_mode, latent_format=params["latent_format"],
                                   lr=params["finetune_lr"])
             started = time.perf_counter()
-            tuned, _ = finetune_latents(ctx.device, stack["Network"], stack.unstack(trainer.params())["Network"], tune,
+            tuned, _ = finetune_latents(ctx.device, stack["Network"], nets["Network"], tune,
                                         steps=params["finetune_steps"], batch=batch, seed=ctx.seed,
                                         progress=TrainingProgress(_with_train_seconds(ctx.progress, started,
                                                                                       "finetune_s"),
@@ -190,7 +192,6 @@ class NeuralMaterial(Stage):
         if dclass == "gpu":
             timing = obj.speed_against_teacher(trainer, params["time_points"])
 
-        nets = stack.unstack(trainer.params())
         decoder = stack["Network"]
         out = ctx.out
         out.write_weights("weights.bin", decoder, nets["Network"])
