@@ -17,13 +17,15 @@ from bakery.nn.stack import NetworkStack
 from tests.test_coopvec_layout import _FakeDevice
 
 
-@pytest.mark.parametrize("group,groups,unroll,reduce", [
-    (256, 3, 1, "rows"), (128, 5, 4, "rows"), (256, 7, 8, "rows"),
-    (256, 3, 1, "mma"), (128, 5, 2, "mma"), (64, 2, 1, "mma"), (256, 7, 4, "mma")])
+@pytest.mark.parametrize("group,groups,unroll,reduce,out_tiles", [
+    (256, 3, 1, "rows", 1), (128, 5, 4, "rows", 1), (256, 7, 8, "rows", 1),
+    (256, 3, 1, "mma", 1), (128, 5, 2, "mma", 1), (64, 2, 1, "mma", 1), (256, 7, 4, "mma", 1),
+    (256, 3, 2, "mma", 2), (128, 5, 2, "mma", 2), (128, 5, 1, "mma", 4), (64, 2, 2, "mma", 3)])
 @pytest.mark.parametrize("stacked", [False, True])
-def test_split_k_reduction_matches_numpy(device, group, groups, unroll, reduce, stacked):
+def test_split_k_reduction_matches_numpy(device, group, groups, unroll, reduce, out_tiles, stacked):
     """Every layer's dW and db, also for a stack of networks (each network reduces its own
-    layers, found by their index in the whole store)."""
+    layers, found by their index in the whole store), with warps owning one output tile,
+    several, or a partial last group of them (out_tiles 2 over a 3-tile layer)."""
     import slangpy as spy
 
     if reduce == "mma" and not device.spy.has_feature(spy.Feature.cooperative_matrix):
@@ -33,7 +35,8 @@ def test_split_k_reduction_matches_numpy(device, group, groups, unroll, reduce, 
         spec = NetworkStack((("Encoder", NetworkSpec(FrequencyEncoding(2, 3), (24,), 8)),
                              ("Network", NetworkSpec(IdentityEncoding(8), (40,), 3))))
     store = ParameterStore(_FakeDevice(), spec,
-                           reduction=CoopVecReduction(group=group, mode="splitk", unroll=unroll, reduce=reduce))
+                           reduction=CoopVecReduction(group=group, mode="splitk", unroll=unroll, reduce=reduce,
+                                                                out_tiles=out_tiles))
     batch = 1000
     rng = np.random.default_rng(7)
     # Rows past the batch, up to the next multiple of 16, as training leaves them: inputs
@@ -53,7 +56,7 @@ def test_split_k_reduction_matches_numpy(device, group, groups, unroll, reduce, 
         dys.append(dy.astype(np.float64))
     source = (store.defines() + "#define BAKERY_COOPVEC 1\n" + '#include "nn/mlp.slang"\n'
               + program_source(spec, store.linear_args) + '#include "nn/grad_reduce.slang"\n')
-    module = device.spy.load_module_from_source(f"grad_reduce_test_{group}_{unroll}_{reduce}_{stacked}", source)
+    module = device.spy.load_module_from_source(f"grad_reduce_test_{group}_{unroll}_{reduce}_{out_tiles}_{stacked}", source)
     kernel = device.spy.create_compute_kernel(
         device.spy.link_program([module], [module.entry_point("bk_reduce_gradients")]))
     grads = make_buffer(device, np.zeros(spec.param_count, np.float32))

@@ -41,7 +41,10 @@ class CoopVecReduction:
     issued together; ``reduce``: how split-K sums the stored rows ("rows": each thread its
     weights, sample by sample; "mma": tiled products on cooperative matrices, which needs
     the device's Feature.cooperative_matrix); ``reduce_groups``: split-K's reduction
-    workgroups per layer (0: ``max_groups``); ``transposed_copy``: the backward pass
+    workgroups per layer (0: ``max_groups``); ``out_tiles``: 16-wide output tiles each warp
+    of the "mma" sum owns (1: warps share a block's input tiles and re-read them; a layer's
+    whole width: each stored tile is read once, at the cost of registers for every
+    accumulator); ``transposed_copy``: the backward pass
     multiplies by a stored transposed copy of each weight matrix (written after each
     update) rather than by the matrix transposed inside the product. ``staging`` "none" and ``skip_sums`` leave
     out the staging and the per-thread sums (wrong gradients; in split-K mode, the row
@@ -58,6 +61,7 @@ class CoopVecReduction:
     unroll: int = 1  # split-K: samples whose loads the reduction issues together
     reduce: str = "rows"
     reduce_groups: int = 0
+    out_tiles: int = 1
     transposed_copy: bool = False
 
     @property
@@ -74,6 +78,8 @@ class CoopVecReduction:
             raise ValueError("group must be a multiple of stage")
         if self.reduce not in ("rows", "mma") or (self.reduce == "mma" and self.mode != "splitk"):
             raise ValueError(f"reduce {self.reduce!r}: 'rows', or 'mma' with mode 'splitk'")
+        if self.out_tiles < 1:
+            raise ValueError(f"out_tiles must be at least 1, got {self.out_tiles}")
         if self.reduce == "mma" and self.group % 64:
             raise ValueError("reduce 'mma' needs a workgroup of a multiple of 64 threads")
 
@@ -90,16 +96,20 @@ class CoopVecReduction:
 
 
 #: The reduction every ParameterStore uses unless given another (benchmarks set it);
-#: None: default_reduction(device).
+#: None: default_reduction(device, spec).
 COOPVEC_REDUCTION: CoopVecReduction | None = None
 
 
-def default_reduction(device) -> CoopVecReduction:
+def default_reduction(device, spec=None) -> CoopVecReduction:
     """The fastest correct design measured (bench/grad_reduction.py, bench/RESULTS.md):
     split-K on cooperative matrices where the device has them, else per-workgroup slices.
-    132 reduction workgroups per layer was the best of 64/132/264 on the H200 (132 SMs)."""
+    On the H200 (132 SMs): 132 reduction workgroups per layer (best of 64/132/264),
+    128-thread workgroups with warps owning 2 output tiles (GPU µs per step 450 against
+    512 for 256 threads and one tile); networks with layers wider than 128 keep 256."""
     if getattr(device, "coopmat", False):
-        return CoopVecReduction(mode="splitk", reduce="mma", reduce_groups=132, unroll=2)
+        wide = spec is not None and max(l.n_out for l in spec.layers) > 128
+        return CoopVecReduction(group=256 if wide else 128, mode="splitk", reduce="mma", reduce_groups=132,
+                                unroll=2, out_tiles=2)
     return CoopVecReduction()
 
 
@@ -176,7 +186,7 @@ class ParameterStore:
         self.spec = spec
         self.coopvec = device.coopvec
         self.input_gradients = input_gradients
-        self.reduction = reduction or COOPVEC_REDUCTION or default_reduction(device)
+        self.reduction = reduction or COOPVEC_REDUCTION or default_reduction(device, spec)
         private = not self.coopvec and device.info.software and spec.param_count <= CPU_PRIVATE_MAX_PARAMS
         self.tiles_per_group = cpu_tiles_per_group(batch) if private else 1
         n = spec.param_count
@@ -336,6 +346,7 @@ class ParameterStore:
             ("BK_STAGING", STAGINGS[red.staging]),
             ("BK_VEC_ACT", int(red.vector_activations)), ("BK_SKIP_SUMS", int(red.skip_sums)),
             ("BK_REDUCE_UNROLL", red.unroll), ("BK_REDUCE_MMA", int(red.reduce == "mma")),
+            ("BK_REDUCE_OTILES", red.out_tiles),
             ("BK_TRANSPOSED_COPY", int(red.transposed_copy))))
 
     def network_vars(self) -> dict:
