@@ -83,6 +83,35 @@ def test_plain_optimizer_steps_match_numpy(device, opt):
     assert not obj.group.gradients().any()
 
 
+def test_lazy_updates_leave_untouched_parameters_alone(device):
+    """A lazy group updates parameters with a gradient exactly as Adam does and leaves the
+    others, moments included, as they were; a dense group moves those on momentum."""
+    rng = np.random.default_rng(5)
+    n = 256
+    values = rng.normal(0, 1, n).astype(np.float32)
+    grads = rng.normal(0, 1, n)
+    untouched = np.arange(n) % 3 == 0
+    results = {}
+    for lazy in (False, True):
+        obj = _Fixed(device, values, grads)
+        obj.group.lazy = lazy
+        tr = Trainer(device, None, obj, TrainConfig(steps=4, batch=n, optimizer=Adam(lr=0.03)))
+        tr.train(steps=1)  # every parameter has a gradient: both groups move alike
+        after_first = _state(obj.group)
+        obj.fixed[untouched] = 0
+        obj._g.copy_from_numpy(obj.fixed)
+        tr.train(steps=1)
+        results[lazy] = after_first, _state(obj.group)
+        assert not obj.group.gradients().any()
+    (first_dense, dense), (first_lazy, lazy) = results[False], results[True]
+    for a, b in zip(first_dense, first_lazy):
+        np.testing.assert_array_equal(a, b)
+    for k in range(3):  # parameter, m, v
+        np.testing.assert_array_equal(lazy[k][untouched], first_lazy[k][untouched])
+        np.testing.assert_array_equal(lazy[k][~untouched], dense[k][~untouched])
+        assert np.all(dense[k][untouched] != first_dense[k][untouched])  # dense: momentum moves them on
+
+
 def test_the_three_rules_differ(device):
     """AdamW's decay and AMSGrad's max change the result (guards against a define ignored)."""
     rng = np.random.default_rng(4)

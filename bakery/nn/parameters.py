@@ -378,12 +378,16 @@ class PlainParameters:
 
     Gradients are 64-bit fixed point on every backend (see bakery/nn/fixed_point.slang);
     Adam, AdamW or AMSGrad runs from bakery/nn/adam_plain.slang with the group's own
-    learning rate and clamps values to [lo, hi] after each update.
+    learning rate and clamps values to [lo, hi] after each update. ``lazy``: a step leaves
+    parameters with a zero gradient alone, moments included (sparse updates: a batch
+    touches a fraction of a large latent grid, and the untouched rest costs one read).
     """
 
-    def __init__(self, device, values: np.ndarray, *, lr: float, lo: float = -3.0e38, hi: float = 3.0e38):
+    def __init__(self, device, values: np.ndarray, *, lr: float, lo: float = -3.0e38, hi: float = 3.0e38,
+                 lazy: bool = False):
         values = np.ascontiguousarray(values, np.float32).reshape(-1)
         self.count, self.lr, self.lo, self.hi = values.size, float(lr), float(lo), float(hi)
+        self.lazy = bool(lazy)
         self.params = make_buffer(device, values)
         self.grads = make_buffer(device, np.zeros(self.count, np.uint64))
         self.adam_m = make_buffer(device, np.zeros(self.count, np.float32))
