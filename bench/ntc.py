@@ -12,8 +12,9 @@ best and the final set PSNR with the training time to each, and to a preview wit
 1.5 dB of the final (PSNR checked every --check steps; the first 20 steps, which compile
 the kernels, are trained but not timed), and the GPU time per phase of a step (training
 kernel, split-K sum, optimizers) from timestamps over 20 more steps; once per
---big-scatter x --big-samples variant (e.g. `--big-scatter thread staged none --big-samples
-texels lines`: where the latent gradients' cost goes, and what coherent samples save).
+--big-scatter x --big-samples x --big-updates variant (e.g. `--big-scatter thread staged
+none --big-samples texels lines --big-updates dense lazy`: where the latent gradients' cost
+goes, what coherent samples save, what a lazy latent Adam saves).
 Set figures are PSNRs of the mean MSE over the set's textures (bakery.formats.images.
 set_psnr), never means of dB values: a constant map decodes to ~110 dB or inf and would
 swing a dB mean by 10+ dB. (The stage's own manifest still reports ``mean_psnr_db``, a
@@ -133,6 +134,10 @@ def _quality_rows(a, dev, stage, log, folder) -> list[dict]:
     return rows
 
 
+#: --big-samples: texels per line of training samples (0: independent texels)
+SAMPLE_LAYOUTS = {"texels": 0, "lines": 32, "lines16": 16, "lines8": 8}
+
+
 def speed(a, dev) -> list[dict]:
     """The N^2 set trained once per requested variant (latent scatter x sample layout), the
     set made once."""
@@ -141,18 +146,20 @@ def speed(a, dev) -> list[dict]:
                         str(a.big)], check=True, capture_output=True)
         folder = sorted((Path(tmp) / "materials").iterdir())[0]
         mat = load_material(material_files(folder))
-    return [speed_run(a, dev, mat, scatter, samples == "lines") for scatter in a.big_scatter for samples in a.big_samples]
+    return [speed_run(a, dev, mat, scatter, SAMPLE_LAYOUTS[samples], updates == "lazy")
+            for scatter in a.big_scatter for samples in a.big_samples for updates in a.big_updates]
 
 
-def speed_run(a, dev, mat, scatter: str, lines: bool) -> dict:
+def speed_run(a, dev, mat, scatter: str, line_texels: int, lazy: bool) -> dict:
     h, w, c = mat.image.shape
     # the code width the stage's preset gives this device (2-bit on a GPU, 4-bit on a CPU)
     bits = PRESETS.table[device_class(dev)][a.quality]["latent_bits"]
     point = choose(w, h, c, a.big_bpp, hidden=64, layers=2, bits=bits, pe_octaves=3)
     t0 = time.perf_counter()
     obj = LatentTextureFit(dev, mat.image, point.grid, normal_channel=mat.normal_channel,
-                           latent_scatter=None if scatter == "auto" else scatter, sample_lines=lines)
-    print(f"  speed set: {obj.latent_scatter} latent scatter, {'line' if lines else 'texel'} samples", flush=True)
+                           latent_scatter=None if scatter == "auto" else scatter, line_texels=line_texels,
+                           lazy_latents=lazy)
+    print(f"  speed set: {_variant(obj.latent_scatter, obj.line_texels, lazy)}", flush=True)
     tr = Trainer(dev, point.network, obj, TrainConfig(steps=a.big_steps, batch=a.big_batch, optimizer=Adam(lr=5e-3),
                                                       schedule="cosine", steps_per_submit=50))
     tr.train(20)  # compiles the pipelines; these steps count in the schedule, not in the times
@@ -175,13 +182,20 @@ def speed_run(a, dev, mat, scatter: str, lines: bool) -> dict:
     preview = next(p for p in curve if p["set_psnr"] >= final["set_psnr"] - 1.5)
     ms = train_s / (a.big_steps - 20) * 1e3
     return {"size": a.big, "bpp": point.bpp, "latent_bits": bits, "features": point.grid.features,
-            "latent_scatter": obj.latent_scatter, "sample_lines": obj.sample_lines, "steps": a.big_steps,
+            "latent_scatter": obj.latent_scatter, "line_texels": obj.line_texels, "lazy_latents": lazy,
+            "steps": a.big_steps,
             "batch": a.big_batch, "ms_per_step": round(ms, 4),
             "final_set_psnr": final["set_psnr"], "time_to_final_s": final["train_s"],
             "best_set_psnr": best["set_psnr"], "best_step": best["step"], "time_to_best_s": best["train_s"],
             "preview_within_1p5db_s": preview["train_s"], "preview_step": preview["step"], "curve": curve,
             "loss_scale_end": tr.store.loss_scale(), "gpu_us_per_phase": phases,
             "wall_s": round(time.perf_counter() - t0, 2)}
+
+
+def _variant(scatter: str, line_texels: int, lazy: bool) -> str:
+    samples = f"lines of {line_texels}" if line_texels else "texel samples"
+    return (f"{scatter} latent scatter, {samples}, "
+            f"{'lazy' if lazy else 'dense'} latent updates")
 
 
 def markdown(rows: list[dict]) -> str:
@@ -225,8 +239,11 @@ def main() -> int:
     p.add_argument("--big-scatter", nargs="+", choices=("auto", *LATENT_SCATTER), default=["auto"],
                    help="latent-gradient scatters of the speed set, one run each (auto: staged on a GPU, per "
                         "thread on the CPU; none: a diagnostic, the latents do not train)")
-    p.add_argument("--big-samples", nargs="+", choices=("texels", "lines"), default=["texels"],
-                   help="speed set training samples, one run each: independent texels, or lines of 32 texels")
+    p.add_argument("--big-samples", nargs="+", choices=tuple(SAMPLE_LAYOUTS), default=["texels"],
+                   help="speed set training samples, one run each: independent texels, or lines of N texels "
+                        "(lines: 32)")
+    p.add_argument("--big-updates", nargs="+", choices=("dense", "lazy"), default=["dense"],
+                   help="speed set latent Adam, one run each: every latent each step, or only the touched ones")
     p.add_argument("--check", type=int, default=1000)
     p.add_argument("--reduction", help="CoopVec gradient reduction: JSON, or bench/grad_reduction.py's output file")
     p.add_argument("--out", default=str(ROOT / "bench" / "out" / "ntc.json"))
@@ -267,7 +284,7 @@ def main() -> int:
         result["speed"] = speed(a, dev)
         for s in result["speed"]:
             print(f"{a.big}^2 set at {s['bpp']:.2f} bpp ({s['latent_bits']}-bit codes, {s['features']} features, "
-                  f"{s['latent_scatter']} latent scatter, {'line' if s['sample_lines'] else 'texel'} samples): "
+                  f"{_variant(s['latent_scatter'], s['line_texels'], s['lazy_latents'])}): "
                   f"{s['ms_per_step']:.3f} ms/step, GPU us {s['gpu_us_per_phase']}; set PSNR (mean MSE) final "
                   f"{s['final_set_psnr']:.2f} dB after {s['time_to_final_s']:.1f} s, best {s['best_set_psnr']:.2f} dB "
                   f"(step {s['best_step']}) after {s['time_to_best_s']:.1f} s, within 1.5 dB of final after "

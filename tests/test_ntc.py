@@ -403,9 +403,9 @@ def test_staged_latent_scatter_gives_the_same_bits(device, steps, lines):
     h, w, c = image.shape
     point = choose(w, h, c, 16.0, hidden=16, layers=1, bits=4, pe_octaves=2)
 
-    def train(scatter: str, sample_lines: bool) -> np.ndarray:
+    def train(scatter: str, lines: bool) -> np.ndarray:
         obj = LatentTextureFit(device, image, point.grid, normal_channel=mat.normal_channel, noise_steps=steps,
-                               latent_scatter=scatter, sample_lines=sample_lines)
+                               latent_scatter=scatter, line_texels=32 if lines else 0)
         tr = Trainer(device, point.network, obj, TrainConfig(steps=steps, batch=1000, optimizer=Adam(lr=5e-3), seed=4))
         before = obj.raw_latents()
         tr.train()
@@ -419,3 +419,30 @@ def test_staged_latent_scatter_gives_the_same_bits(device, steps, lines):
     train("none", lines)
     if lines:  # line samples are other samples than independent texels
         assert not np.array_equal(thread, train("thread", False))
+
+
+def test_lazy_latent_updates_move_only_sampled_latents(device):
+    """With latent_updates = "lazy" a step updates only the latents its samples read (2
+    levels x 4 taps x features each); dense Adam keeps moving earlier steps' latents on
+    their momentum."""
+    from bakery.materials import load_material
+    from bakery.nn.optimizers import Adam
+    from bakery.nn.trainer import TrainConfig, Trainer
+    from bakery.stages.ntc.objective import LatentTextureFit
+    from bakery.stages.ntc.rate import choose
+
+    folder = ROOT / "assets" / "materials" / "bricks"
+    mat = load_material({p.stem: p for p in sorted(folder.glob("*.png"))})
+    image = mat.image[:64, :64]
+    h, w, c = image.shape
+    point = choose(w, h, c, 16.0, hidden=16, layers=1, bits=4, pe_octaves=2)
+    batch, moved = 8, {}
+    for lazy in (False, True):
+        obj = LatentTextureFit(device, image, point.grid, normal_channel=mat.normal_channel, lazy_latents=lazy)
+        tr = Trainer(device, point.network, obj, TrainConfig(steps=3, batch=batch, optimizer=Adam(lr=5e-3), seed=2))
+        tr.train(steps=2)
+        before = obj.raw_latents()
+        tr.train(steps=1)  # the last step: what it moved
+        moved[lazy] = np.count_nonzero(obj.raw_latents() != before)
+    assert 0 < moved[True] <= batch * 8 * point.grid.features
+    assert moved[True] < moved[False]

@@ -146,7 +146,7 @@ class LatentTextureFit(TexelObjective):
 
     def __init__(self, device, image: np.ndarray, grid: LatentGridSpec, *, channel_weights=None,
                  normal_channel: int = -1, latent_lr: float = 2e-2, seed: int = 0, noise_steps: int = 0,
-                 latent_scatter: str | None = None, sample_lines: bool = False):
+                 latent_scatter: str | None = None, line_texels: int = 0, lazy_latents: bool = False):
         if image.shape[:2] != (grid.height, grid.width):
             raise ValueError("latent grid spec is for another texture size")
         self.grid, self.normal_channel = grid, normal_channel
@@ -165,7 +165,9 @@ class LatentTextureFit(TexelObjective):
         self._mips = make_buffer(device, np.asarray(mips, np.uint32).reshape(-1))
         self._levels = make_buffer(device, np.asarray(lv, np.uint32).reshape(-1))
         rng = np.random.default_rng(seed ^ 0x5EED)
-        self.latents = PlainParameters(device, rng.uniform(0.3, 0.7, grid.latent_count), lr=latent_lr, lo=0.0, hi=1.0)
+        #: lazy_latents: Adam skips latents no sample of the step touched (PlainParameters.lazy).
+        self.latents = PlainParameters(device, rng.uniform(0.3, 0.7, grid.latent_count), lr=latent_lr, lo=0.0, hi=1.0,
+                                       lazy=lazy_latents)
         # BC mode: decoded-minus-raw of the last block-compression pass (straight-through offset)
         self._delta = make_buffer(device, np.zeros(max(1, grid.latent_count), np.float32))
         #: How latent gradients leave the kernel (ntc_fit.slang BK_NTC_SCATTER): "staged"
@@ -178,9 +180,12 @@ class LatentTextureFit(TexelObjective):
         if latent_scatter not in LATENT_SCATTER:
             raise ValueError(f"latent_scatter must be one of {LATENT_SCATTER}, got {latent_scatter!r}")
         self.latent_scatter = latent_scatter
-        #: Training samples in lines of 32 consecutive texels (ntc_fit.slang BK_NTC_LINES)
-        #: instead of independent texels; off until measured on a GPU.
-        self.sample_lines = bool(sample_lines)
+        #: Training samples in lines of this many consecutive texels of one mip
+        #: (ntc_fit.slang BK_NTC_LINES; RTXNTC trains on lines), or 0: independent texels.
+        #: Off until measured on a GPU.
+        if not 0 <= line_texels <= 256:
+            raise ValueError(f"line_texels must be 0 (independent texels) or up to 256, got {line_texels}")
+        self.line_texels = int(line_texels) if line_texels > 1 else 0
 
     def slang_source(self) -> str:
         g = self.grid
@@ -189,7 +194,7 @@ class LatentTextureFit(TexelObjective):
                 f"#define BK_LATENT_BC {int(g.mode == 'bc')}\n#define BK_MIPS {len(g.color_mips)}\n"
                 f"#define BK_LOD_SCALE {LOD_INPUT_SCALE}\n#define BK_NORMAL_CHANNEL {self.normal_channel}\n"
                 f"#define BK_NTC_SCATTER {LATENT_SCATTER.index(self.latent_scatter)}\n"
-                f"#define BK_NTC_LINES {int(self.sample_lines)}\n"
+                f"#define BK_NTC_LINES {self.line_texels}\n"
                 '#include "stages/ntc/ntc_fit.slang"\n')
 
     def vars(self) -> dict:

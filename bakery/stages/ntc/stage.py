@@ -88,6 +88,8 @@ class NeuralTextureCompression(Stage):
         Param("pe_octaves", int, 3, "texel position-encoding octaves", min=1, max=6),
         Param("lr", float, 5e-3, "decoder learning rate", min=1e-6, max=1.0),
         Param("latent_lr", float, 2e-2, "latent learning rate", min=1e-6, max=1.0),
+        Param("latent_updates", str, "dense", "Adam over every latent each step (dense), or only over those the "
+              "step's samples touched (lazy: sparse updates, less memory traffic)", choices=("dense", "lazy")),
         Param("noise_fraction", float, 0.0, "packed mode: fraction of steps trained with uniform latent noise "
               "instead of rounding; the latents freeze for the last FREEZE_FRACTION", min=0.0, max=1.0),
         Param("bc_refresh", int, AUTO, "BC mode: steps between BC4 re-encodes of the latents", min=1, max=100_000),
@@ -129,7 +131,8 @@ class NeuralTextureCompression(Stage):
         def train(point):
             obj = LatentTextureFit(ctx.device, material.image, point.grid, channel_weights=weights,
                                    normal_channel=material.normal_channel, latent_lr=params["latent_lr"],
-                                   seed=ctx.seed, noise_steps=int(params["noise_fraction"] * cfg.steps))
+                                   seed=ctx.seed, noise_steps=int(params["noise_fraction"] * cfg.steps),
+                                   lazy_latents=params["latent_updates"] == "lazy")
             trainer = Trainer(ctx.device, point.network, obj, cfg)
             progress = StepProgress(ctx, cfg.steps)
             freeze = cfg.steps - int(FREEZE_FRACTION * cfg.steps)
