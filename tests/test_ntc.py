@@ -134,6 +134,20 @@ def test_quality_beats_a_trivial_bound(bundle):
     assert np.mean(gains) > 5.0, gains
 
 
+def test_lazy_updates_and_line_samples_train_as_well(bundle, tmp_path):
+    """The two training-speed options bake a bundle whose quality is within a dB of the
+    default's on the same budget, and the manifest records them."""
+    mat, out = bundle
+    fast = tmp_path / "fast"
+    r = _run("run", "ntc", mat, "-o", fast, "--seed", 2, *SMALL, "--param", "quality=preview",
+             "--param", "latent_updates=lazy", "--param", "line_texels=8")
+    assert r.exit_code == 0, r.output
+    m, base = (json.loads((o / "manifest.json").read_text()) for o in (fast, out))
+    assert (m["resolved_params"]["values"]["latent_updates"], m["resolved_params"]["values"]["line_texels"]) == ("lazy", 8)
+    for role in ("albedo", "normal", "roughness"):
+        assert m["metrics"]["psnr_db"][role] > base["metrics"]["psnr_db"][role] - 1.0, role
+
+
 def test_cpu_reference_decoder_matches_the_previews(bundle):
     _, out = bundle
     b = read_bundle(out)

@@ -90,6 +90,8 @@ class NeuralTextureCompression(Stage):
         Param("latent_lr", float, 2e-2, "latent learning rate", min=1e-6, max=1.0),
         Param("latent_updates", str, "dense", "Adam over every latent each step (dense), or only over those the "
               "step's samples touched (lazy: sparse updates, less memory traffic)", choices=("dense", "lazy")),
+        Param("line_texels", int, 0, "train on lines of this many consecutive texels of one mip (RTXNTC's "
+              "coherent batches: fewer distinct latents per step); 0: independent texels", choices=(0, 8, 16, 32)),
         Param("noise_fraction", float, 0.0, "packed mode: fraction of steps trained with uniform latent noise "
               "instead of rounding; the latents freeze for the last FREEZE_FRACTION", min=0.0, max=1.0),
         Param("bc_refresh", int, AUTO, "BC mode: steps between BC4 re-encodes of the latents", min=1, max=100_000),
@@ -132,7 +134,7 @@ class NeuralTextureCompression(Stage):
             obj = LatentTextureFit(ctx.device, material.image, point.grid, channel_weights=weights,
                                    normal_channel=material.normal_channel, latent_lr=params["latent_lr"],
                                    seed=ctx.seed, noise_steps=int(params["noise_fraction"] * cfg.steps),
-                                   lazy_latents=params["latent_updates"] == "lazy")
+                                   lazy_latents=params["latent_updates"] == "lazy", line_texels=params["line_texels"])
             trainer = Trainer(ctx.device, point.network, obj, cfg)
             progress = StepProgress(ctx, cfg.steps)
             freeze = cfg.steps - int(FREEZE_FRACTION * cfg.steps)
