@@ -5,7 +5,8 @@
 #
 #   bash bench/all.sh NAME[:SECONDS] ...
 #
-# NAME: suite | mipmap | fit | procedural | train_texture | ntc | ntc_scatter | neural_material | runners | scale
+# NAME: suite | mipmap | fit | procedural | train_texture | ntc | ntc_scatter | ntc_updates | ntc_options |
+#       neural_material | runners | scale
 # Prepare the machine first (see README): source .device/setup.sh and install .whl/*.whl.
 set -u
 cd "$(dirname "$0")/.."
@@ -28,6 +29,16 @@ command_of() {
     ntc)             echo "python3 bench/ntc.py --device vulkan --big 2048 --big-steps 2000 --check 500" ;;
     ntc_scatter)     echo "python3 bench/ntc.py --device vulkan --bpp --big 2048 --big-steps 1000 --check 500" \
                           "--big-scatter thread staged none --big-samples texels lines --out bench/out/ntc_scatter.json" ;;
+    ntc_updates)     echo "python3 bench/ntc.py --device vulkan --bpp --big 2048 --big-steps 3000 --check 500" \
+                          "--big-scatter staged --big-samples texels lines8 --big-updates dense lazy" \
+                          "--out bench/out/ntc_updates.json" ;;
+    # quality at 8 bpp at full length: the default, the two speed options, 128-thread split-K
+    ntc_options)     echo "python3 bench/ntc.py --device vulkan --bpp 8 --out bench/out/ntc_default.json &&" \
+                          "python3 bench/ntc.py --device vulkan --bpp 8 --param latent_updates=lazy" \
+                          "--param line_texels=8 --out bench/out/ntc_lazy_lines8.json &&" \
+                          "python3 bench/ntc.py --device vulkan --bpp 8 --out bench/out/ntc_group128.json" \
+                          "--reduction '{\"group\": 128, \"mode\": \"splitk\", \"reduce\": \"mma\"," \
+                          "\"reduce_groups\": 132, \"unroll\": 2}'" ;;
     neural_material) echo "python3 bench/neural_material.py --device vulkan" ;;
     runners)         echo "python3 bench/runners.py --device vulkan --jobs 2" ;;
     scale)           echo "python3 bench/scale.py --device vulkan --gpus 1" ;;
