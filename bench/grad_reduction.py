@@ -59,8 +59,6 @@ VARIANTS = {
     "splitk mma, 264, unroll 1, 4 out tiles per warp": R(mode="splitk", reduce="mma", reduce_groups=264, out_tiles=4),
     "splitk mma 128-thread, 132, unroll 2, 2 out tiles": R(group=128, mode="splitk", reduce="mma", reduce_groups=132,
                                                           unroll=2, out_tiles=2),
-    "splitk mma 128-thread, 132, unroll 2, 1 out tile": R(group=128, mode="splitk", reduce="mma", reduce_groups=132,
-                                                         unroll=2),
     "splitk mma 128-thread, 132, unroll 1, 2 out tiles": R(group=128, mode="splitk", reduce="mma", reduce_groups=132,
                                                           out_tiles=2),
     "splitk mma 128-thread, 132, unroll 2, 4 out tiles": R(group=128, mode="splitk", reduce="mma", reduce_groups=132,

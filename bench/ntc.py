@@ -139,8 +139,8 @@ SAMPLE_LAYOUTS = {"texels": 0, "lines": 32, "lines16": 16, "lines8": 8}
 
 
 def speed(a, dev) -> list[dict]:
-    """The N^2 set trained once per requested variant (latent scatter x sample layout), the
-    set made once."""
+    """The N^2 set trained once per requested variant (latent scatter x sample layout x
+    latent updates), the set made once."""
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([sys.executable, str(ROOT / "scripts" / "make_assets.py"), "--out", tmp, "--size",
                         str(a.big)], check=True, capture_output=True)

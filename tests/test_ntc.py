@@ -134,14 +134,27 @@ def test_quality_beats_a_trivial_bound(bundle):
     assert np.mean(gains) > 5.0, gains
 
 
-def test_lazy_updates_and_line_samples_train_as_well(bundle, tmp_path):
-    """The two training-speed options bake a bundle whose quality is within a dB of the
-    default's on the same budget, and the manifest records them."""
+def test_lazy_updates_and_line_samples_train_as_well(bundle, tmp_path, monkeypatch):
+    """The stage hands the two training-speed options to the objective (their effects are
+    tested on LatentTextureFit: test_lazy_latent_updates_move_only_sampled_latents and the
+    line cases of the bits test), the bundle's quality stays within a dB of the default's
+    on the same budget, and the manifest records them."""
+    from bakery.stages.ntc import stage as ntc_stage
+
+    seen = []
+
+    class Spy(ntc_stage.LatentTextureFit):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            seen.append((self.latents.lazy, self.line_texels))
+
+    monkeypatch.setattr(ntc_stage, "LatentTextureFit", Spy)
     mat, out = bundle
     fast = tmp_path / "fast"
     r = _run("run", "ntc", mat, "-o", fast, "--seed", 2, *SMALL, "--param", "quality=preview",
              "--param", "latent_updates=lazy", "--param", "line_texels=8")
     assert r.exit_code == 0, r.output
+    assert seen and set(seen) == {(True, 8)}
     m, base = (json.loads((o / "manifest.json").read_text()) for o in (fast, out))
     assert (m["resolved_params"]["values"]["latent_updates"], m["resolved_params"]["values"]["line_texels"]) == ("lazy", 8)
     for role in ("albedo", "normal", "roughness"):

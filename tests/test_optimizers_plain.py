@@ -83,9 +83,12 @@ def test_plain_optimizer_steps_match_numpy(device, opt):
     assert not obj.group.gradients().any()
 
 
-def test_lazy_updates_leave_untouched_parameters_alone(device):
-    """A lazy group updates parameters with a gradient exactly as Adam does and leaves the
-    others, moments included, as they were; a dense group moves those on momentum."""
+@pytest.mark.parametrize("opt", [Adam(lr=0.03), AdamW(lr=0.03, weight_decay=0.5), AMSGrad(lr=0.03)],
+                         ids=["adam", "adamw", "amsgrad"])
+def test_lazy_updates_leave_untouched_parameters_alone(device, opt):
+    """A lazy group updates parameters with a gradient exactly as the dense rule does and
+    leaves the others as they were (state included: no AdamW decay, AMSGrad's max kept); a
+    dense group moves those on momentum."""
     rng = np.random.default_rng(5)
     n = 256
     values = rng.normal(0, 1, n).astype(np.float32)
@@ -95,7 +98,7 @@ def test_lazy_updates_leave_untouched_parameters_alone(device):
     for lazy in (False, True):
         obj = _Fixed(device, values, grads)
         obj.group.lazy = lazy
-        tr = Trainer(device, None, obj, TrainConfig(steps=4, batch=n, optimizer=Adam(lr=0.03)))
+        tr = Trainer(device, None, obj, TrainConfig(steps=4, batch=n, optimizer=opt))
         tr.train(steps=1)  # every parameter has a gradient: both groups move alike
         after_first = _state(obj.group)
         obj.fixed[untouched] = 0
@@ -106,10 +109,11 @@ def test_lazy_updates_leave_untouched_parameters_alone(device):
     (first_dense, dense), (first_lazy, lazy) = results[False], results[True]
     for a, b in zip(first_dense, first_lazy):
         np.testing.assert_array_equal(a, b)
-    for k in range(3):  # parameter, m, v
+    for k in range(4):  # parameter, m, v, AMSGrad's max of v
         np.testing.assert_array_equal(lazy[k][untouched], first_lazy[k][untouched])
         np.testing.assert_array_equal(lazy[k][~untouched], dense[k][~untouched])
-        assert np.all(dense[k][untouched] != first_dense[k][untouched])  # dense: momentum moves them on
+        if k < 3:  # dense: momentum moves them on (a max of a decaying v stays put)
+            assert np.all(dense[k][untouched] != first_dense[k][untouched])
 
 
 def test_the_three_rules_differ(device):

@@ -41,10 +41,12 @@ class CoopVecReduction:
     issued together; ``reduce``: how split-K sums the stored rows ("rows": each thread its
     weights, sample by sample; "mma": tiled products on cooperative matrices, which needs
     the device's Feature.cooperative_matrix); ``reduce_groups``: split-K's reduction
-    workgroups per layer (0: ``max_groups``); ``out_tiles``: 16-wide output tiles each warp
-    of the "mma" sum owns (1: warps share a block's input tiles and re-read them; a layer's
-    whole width: each stored tile is read once, at the cost of registers for every
-    accumulator); ``transposed_copy``: the backward pass
+    workgroups per layer (0: ``max_groups``); ``out_tiles``: the least number of 16-wide
+    output tiles each warp of the "mma" sum owns (more warps per tile re-read a block's
+    input tiles; a layer's whole width reads each stored tile once, at the cost of
+    registers for every accumulator). It is a floor: a warp owns max(out_tiles,
+    ceil(tiles / (group / 64))) so that 64-lane waves cover the layer, so at 128 threads a
+    64-wide layer's warps own 2 tiles whatever is asked; ``transposed_copy``: the backward pass
     multiplies by a stored transposed copy of each weight matrix (written after each
     update) rather than by the matrix transposed inside the product. ``staging`` "none" and ``skip_sums`` leave
     out the staging and the per-thread sums (wrong gradients; in split-K mode, the row
@@ -78,8 +80,8 @@ class CoopVecReduction:
             raise ValueError("group must be a multiple of stage")
         if self.reduce not in ("rows", "mma") or (self.reduce == "mma" and self.mode != "splitk"):
             raise ValueError(f"reduce {self.reduce!r}: 'rows', or 'mma' with mode 'splitk'")
-        if self.out_tiles < 1:
-            raise ValueError(f"out_tiles must be at least 1, got {self.out_tiles}")
+        if self.out_tiles < 1 or (self.out_tiles > 1 and self.reduce != "mma"):
+            raise ValueError(f"out_tiles {self.out_tiles}: at least 1, and above 1 only with reduce 'mma'")
         if self.reduce == "mma" and self.group % 64:
             raise ValueError("reduce 'mma' needs a workgroup of a multiple of 64 threads")
 
@@ -104,9 +106,10 @@ def default_reduction(device) -> CoopVecReduction:
     """The fastest correct design measured (bench/grad_reduction.py, bench/RESULTS.md):
     split-K on cooperative matrices where the device has them, else per-workgroup slices.
     On the H200 (132 SMs): 132 reduction workgroups per layer (best of 64/132/264), 256
-    threads, one output tile per warp. 128-thread workgroups cut the texture fit's GPU time
-    per step from ~512 to ~457 µs, but the one NTC run with them ended 0.44 dB lower after
-    1000 steps, so they wait for a quality check."""
+    threads, one output tile per warp. 128-thread workgroups (2 tiles per warp) were faster
+    on the texture fit (GPU 457 against 524 µs per step, same run), but the one NTC run with
+    them ended 0.44 dB lower after 1000 steps, so they wait for a quality check
+    (bench/all.sh ntc_options)."""
     if getattr(device, "coopmat", False):
         return CoopVecReduction(mode="splitk", reduce="mma", reduce_groups=132, unroll=2)
     return CoopVecReduction()

@@ -165,7 +165,8 @@ class LatentTextureFit(TexelObjective):
         self._mips = make_buffer(device, np.asarray(mips, np.uint32).reshape(-1))
         self._levels = make_buffer(device, np.asarray(lv, np.uint32).reshape(-1))
         rng = np.random.default_rng(seed ^ 0x5EED)
-        #: lazy_latents: Adam skips latents no sample of the step touched (PlainParameters.lazy).
+        #: lazy_latents: Adam skips latents whose gradient this step is exactly zero, i.e. no
+        #: sample read them (PlainParameters.lazy).
         self.latents = PlainParameters(device, rng.uniform(0.3, 0.7, grid.latent_count), lr=latent_lr, lo=0.0, hi=1.0,
                                        lazy=lazy_latents)
         # BC mode: decoded-minus-raw of the last block-compression pass (straight-through offset)
@@ -182,7 +183,7 @@ class LatentTextureFit(TexelObjective):
         self.latent_scatter = latent_scatter
         #: Training samples in lines of this many consecutive texels of one mip
         #: (ntc_fit.slang BK_NTC_LINES; RTXNTC trains on lines), or 0: independent texels.
-        #: Off until measured on a GPU.
+        #: Off by default until a full-length quality run backs it.
         if not 0 <= line_texels <= 256:
             raise ValueError(f"line_texels must be 0 (independent texels) or up to 256, got {line_texels}")
         self.line_texels = int(line_texels) if line_texels > 1 else 0
