@@ -65,6 +65,23 @@ VARIANTS = {
                                                           unroll=2, out_tiles=4),
     "splitk mma 128-thread, 264, unroll 2, 2 out tiles": R(group=128, mode="splitk", reduce="mma", reduce_groups=264,
                                                           unroll=2, out_tiles=2),
+    "tile backward, mma 128-thread, 132, unroll 2": R(group=128, mode="splitk", reduce="mma", reduce_groups=132,
+                                                     unroll=2, backward="mma"),
+    "tile backward, mma 128-thread, 264, unroll 2": R(group=128, mode="splitk", reduce="mma", reduce_groups=264,
+                                                     unroll=2, backward="mma"),
+    "tile backward, mma 64-thread, 132, unroll 2": R(group=64, mode="splitk", reduce="mma", reduce_groups=132,
+                                                    unroll=2, backward="mma"),
+    "tile backward, mma 128-thread, 132, unroll 2, one tile per workgroup": R(
+        group=128, max_groups=1 << 16, mode="splitk", reduce="mma", reduce_groups=132, unroll=2, backward="mma"),
+    "tile backward, mma 128-thread, 132, unroll 2, fp16 accumulators": R(
+        group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2, backward="mma", tile_accumulator="half"),
+    "tile backward, mma 64-thread, 132, unroll 2, one tile per workgroup, fp16 accumulators": R(
+        group=64, max_groups=1 << 16, mode="splitk", reduce="mma", reduce_groups=132, unroll=2, backward="mma",
+        tile_accumulator="half"),
+    "splitk mma 128-thread, 132, unroll 2, one tile per workgroup": R(group=128, max_groups=1 << 16, mode="splitk",
+                                                                     reduce="mma", reduce_groups=132, unroll=2),
+    "diag: tile backward, no stores, no reduction (wrong)": R(group=128, mode="splitk", reduce="mma",
+                                                             staging="none", skip_sums=True, backward="mma"),
     "splitk mma, 132, transposed copy": R(mode="splitk", reduce="mma", reduce_groups=132, transposed_copy=True),
     "splitk mma, 132, unroll 2, transposed copy": R(mode="splitk", reduce="mma", reduce_groups=132, unroll=2,
                                                     transposed_copy=True),

@@ -115,6 +115,46 @@ def test_transposed_copies_hold_the_transposed_weights():
     assert store.weight_words * 4 == store.copy_begin and store.copy_words > 0
 
 
+def test_tile_copies_hold_row_major_weights_padded_to_tiles():
+    """backward "mma": each layer whose input gradient is used also holds W row-major,
+    zero-padded to whole 16 x 16 tiles (padding owned by no parameter, so the optimizer's
+    copy pass writes zeros there), after every layer's own W."""
+    spec = NetworkSpec(FrequencyEncoding(2, 3), (24, 40), 3)
+    store = ParameterStore(_FakeDevice(), spec, input_gradients=False, reduction=CoopVecReduction(
+        group=128, mode="splitk", reduce="mma", backward="mma"))
+    assert "#define BK_TILE_BWD 1\n" in store.defines() and "#define BK_TB_WIDTH 48\n" in store.defines()
+    params = spec.init_params(5)
+    store.upload(params)
+    w16 = store.weights16.to_numpy().view(np.float16)
+    owner = store.half_owner.to_numpy().view(np.uint32)
+    for k, l in enumerate(spec.layers):
+        wr = int(store.linear_args[k].split(", ")[9])
+        if k == 0:  # nothing reads the network's input gradient: no copy
+            assert wr == 0
+            continue
+        assert wr >= store.copy_begin and wr % 64 == 0
+        op, ip = -(-l.n_out // 16) * 16, -(-l.n_in // 16) * 16
+        block = w16[wr // 2: wr // 2 + op * ip].reshape(op, ip)
+        w = params[l.weight_offset:l.bias_offset].reshape(l.n_out, l.n_in)
+        np.testing.assert_array_equal(block[:l.n_out, :l.n_in], w.astype(np.float16))
+        assert not block[l.n_out:].any() and not block[:, l.n_in:].any()
+        slots = owner[wr // 2: wr // 2 + op * ip].reshape(op, ip)
+        assert (slots[:l.n_out, :l.n_in] == np.arange(l.weight_offset, l.bias_offset).reshape(l.n_out, l.n_in)).all()
+        assert (slots[l.n_out:] == 0xFFFFFFFF).all() and (slots[:, l.n_in:] == 0xFFFFFFFF).all()
+
+
+def test_tile_backward_refuses_what_it_cannot_run():
+    with pytest.raises(ValueError, match="splitk"):
+        CoopVecReduction(mode="splitk", backward="mma")  # per-thread sums, not "mma"
+    with pytest.raises(ValueError, match="transposed"):
+        CoopVecReduction(mode="splitk", reduce="mma", backward="mma", transposed_copy=True)
+    with pytest.raises(ValueError, match="unknown backward"):
+        CoopVecReduction(backward="tiles")
+    wide = NetworkSpec(FrequencyEncoding(2, 3), (128,), 3)
+    with pytest.raises(ValueError, match="128-wide rows"):
+        ParameterStore(_FakeDevice(), wide, reduction=CoopVecReduction(mode="splitk", reduce="mma", backward="mma"))
+
+
 def test_gradient_slices_sum_and_unscale():
     spec = NetworkSpec(FrequencyEncoding(2, 3), (24, 40), 3)
     store = ParameterStore(_FakeDevice(), spec, reduction=CoopVecReduction(mode="slices"))

@@ -75,8 +75,17 @@ def test_loss_gradients_match_numpy(device, loss):
     assert _rel(got, ref) < 1e-4
 
 
-def test_input_gradients_match_numpy(device):
-    """d loss / d input through the MLP and the frequency encoding."""
+@pytest.mark.parametrize("backward", ["coopvec", "mma"])
+def test_input_gradients_match_numpy(device, backward):
+    """d loss / d input through the MLP and the frequency encoding (on CoopVec also with
+    the backward pass as cooperative-matrix tiles: the encoding's backward reads the
+    first layer's dx from the tile rows)."""
+    import slangpy as spy
+
+    from bakery.nn.parameters import CoopVecReduction
+
+    if backward == "mma" and not (device.coopvec and device.spy.has_feature(spy.Feature.cooperative_matrix)):
+        pytest.skip("the tile backward pass needs cooperative vectors and matrices")
     spec = NetworkSpec(FrequencyEncoding(2, 3), (16, 16), 3, "tanh")
     params = spec.init_params(5)
     rng = np.random.default_rng(9)
@@ -86,7 +95,8 @@ def test_input_gradients_match_numpy(device):
     from bakery.nn.codegen import network_source
     from bakery.nn.parameters import ParameterStore
 
-    store = ParameterStore(device, spec)
+    tiles = CoopVecReduction(group=128, mode="splitk", reduce="mma", backward="mma") if backward == "mma" else None
+    store = ParameterStore(device, spec, reduction=tiles)
     store.upload(params)
     src = (store.defines() + '#include "nn/mlp.slang"\n' + network_source(spec, store.linear_args) + """
 #include "nn/losses.slang"

@@ -38,6 +38,7 @@ def network_source(spec: NetworkSpec, linear_args: list[str], name: str = "Netwo
         act = activations.get(layer.activation).slang
         body.append(f"        let h{k + 1} = bk_activate<{act}, {layer.n_out}>("
                     f"{linears[k]}.eval(h{k}));")
+    tiles = tile_backward_source(spec, linears, grad) if len(first) > 9 else []
     return "\n".join([
         f"struct {name}",
         "{",
@@ -45,12 +46,14 @@ def network_source(spec: NetworkSpec, linear_args: list[str], name: str = "Netwo
         f"    static const int OUT = {spec.n_outputs};",
         "",
         "    [Differentiable]",
+        *(["#if BK_TILE_BWD", "    [BackwardDerivative(backward_tiles)]", "#endif"] if tiles else []),
         f"    static float[{spec.n_outputs}] forward(float[{spec.n_inputs}] x)",
         "    {",
         *body,
         f"        return bk_from_vec<{spec.n_outputs}>(h{last});",
         "    }",
         "",
+        *tiles,
         "    // After a workgroup's last training tile: its share of the weight gradients.",
         "    static void store_gradients(uint group)",
         "    {",
@@ -65,3 +68,30 @@ def network_source(spec: NetworkSpec, linear_args: list[str], name: str = "Netwo
         "}",
         "",
     ])
+
+
+def tile_backward_source(spec: NetworkSpec, linears: list[str], grad: str) -> list[str]:
+    """CoopVec backend: ``backward_tiles``, the network's backward pass on cooperative
+    matrices (BK_TILE_BWD in nn/mlp_coopvec.slang) - the forward again, keeping each
+    layer's output, then the layers in reverse, each warp multiplying its samples'
+    gradients by the weights as tiles."""
+    enc = spec.encoding.slang_type()
+    acts = [activations.get(l.activation).slang for l in spec.layers]
+    last = len(spec.layers)
+    body = [f"        let h0 = bk_to_vec<{spec.encoding.n_outputs}, 0>({enc}.eval(x.p));"]
+    body += [f"        let h{k + 1} = bk_activate<{acts[k]}, {l.n_out}>({linears[k]}.eval(h{k}));"
+             for k, l in enumerate(spec.layers)]
+    # d{k}: the gradient at layer k's output (before its activation).
+    body.append(f"        let d{last - 1} = bk_tile_output_gradient<{acts[-1]}, {spec.n_outputs}>(h{last}, dy);")
+    for k in range(last - 1, 0, -1):
+        body.append(f"        let d{k - 1} = {acts[k - 1]}.dvy<{spec.layers[k].n_in}>("
+                    f"h{k}, {linears[k]}.backward_tile(h{k}, d{k}));")
+    body.append(f"        {linears[0]}.backward_tile(h0, d0);")
+    if grad != "0":
+        body.append(f"        bwd_diff({enc}.eval)(x, bk_tile_row_gradient<{spec.encoding.n_outputs}>());")
+    else:
+        body.append(f"        float[{spec.n_inputs}] none = {{}};")
+        body.append("        x = diffPair(x.p, none);")
+    return ["#if BK_TILE_BWD",
+            f"    static void backward_tiles(inout DifferentialPair<float[{spec.n_inputs}]> x, float[{spec.n_outputs}] dy)",
+            "    {", *body, "    }", "#endif", ""]

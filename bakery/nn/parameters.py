@@ -18,6 +18,10 @@ import numpy as np
 
 from bakery.nn.network import NetworkSpec
 
+#: Groupshared bytes the "mma" backward pass may take for its rows (BK_TB_ROW halfs per
+#: thread), leaving room for the objective's own under the 48 KiB NVIDIA's Vulkan driver offers.
+TILE_BACKWARD_SHARED_BYTES = 32768
+
 #: Units of the portable gradient accumulator (see bakery/nn/mlp_portable.slang).
 FIXED_POINT_SCALE = float(2 ** 40)
 
@@ -48,7 +52,14 @@ class CoopVecReduction:
     ceil(tiles / (group / 64))) so that 64-lane waves cover the layer, so at 128 threads a
     64-wide layer's warps own 2 tiles whatever is asked; ``transposed_copy``: the backward pass
     multiplies by a stored transposed copy of each weight matrix (written after each
-    update) rather than by the matrix transposed inside the product. ``staging`` "none" and ``skip_sums`` leave
+    update) rather than by the matrix transposed inside the product; ``backward``: how the
+    training kernel carries gradients back through the layers ("coopvec": one transposed
+    matrix-vector product per sample; "mma": each warp multiplies its 32 samples' output
+    gradients by a row-major fp16 copy of the weights as 16 x 16 tiles on cooperative
+    matrices, the copies written after each update; needs split-K on "mma");
+    ``tile_accumulator``: the element type of that product's accumulators ("float" or
+    "half": no conversion before the tiles go back to groupshared memory).
+    ``staging`` "none" and ``skip_sums`` leave
     out the staging and the per-thread sums (wrong gradients; in split-K mode, the row
     stores and the reduction dispatch): bench/grad_reduction.py times the parts with them.
     """
@@ -65,6 +76,8 @@ class CoopVecReduction:
     reduce_groups: int = 0
     out_tiles: int = 1
     transposed_copy: bool = False
+    backward: str = "coopvec"
+    tile_accumulator: str = "float"
 
     @property
     def chunked(self) -> bool:
@@ -84,6 +97,12 @@ class CoopVecReduction:
             raise ValueError(f"out_tiles {self.out_tiles}: at least 1, and above 1 only with reduce 'mma'")
         if self.reduce == "mma" and self.group % 64:
             raise ValueError("reduce 'mma' needs a workgroup of a multiple of 64 threads")
+        if self.backward not in ("coopvec", "mma"):
+            raise ValueError(f"unknown backward pass {self.backward!r} (known: coopvec, mma)")
+        if self.backward == "mma" and (self.reduce != "mma" or self.transposed_copy):
+            raise ValueError("backward 'mma' needs mode 'splitk' with reduce 'mma', and no transposed copies")
+        if self.tile_accumulator not in ("float", "half"):
+            raise ValueError(f"unknown tile accumulator {self.tile_accumulator!r} (known: float, half)")
 
     @property
     def split_k_groups(self) -> int:
@@ -247,10 +266,11 @@ class ParameterStore:
             pad = red.row_align
             xo, do = row, row + 2 * _align(l.n_in, pad)  # this layer's x and dy in a g_acts row
             row = do + 2 * _align(l.n_out, pad)
-            layout.append([wo, bo, l.weight_offset, l.bias_offset, acc, dx, xo, do, wo])
+            layout.append([wo, bo, l.weight_offset, l.bias_offset, acc, dx, xo, do, wo, 0])
             acc += _inputs_per_thread(l.n_in, l.n_out, red.group, red.chunked) + 1  # and the bias
-        # Transposed copies (transposed_copy) after every layer's own weights, so that the
-        # optimizer updates the words before copy_begin and then copies the rest.
+        # Weight copies (transposed for transposed_copy, row-major for the "mma" backward pass)
+        # after every layer's own weights, so that the optimizer updates the words before
+        # copy_begin and then copies the rest.
         copy_pos = np.full(spec.param_count, -1, np.int64)
         self.copy_begin = _align(w16, 64)
         w16 = self.copy_begin
@@ -262,6 +282,19 @@ class ParameterStore:
                 copy_pos[l.weight_offset:l.bias_offset] = to + 2 * tpos[i * l.n_out + o]
                 layout[k][8] = to
                 w16 = to + tsize
+            if red.backward == "mma" and layout[k][5]:
+                # Row-major W, zero-padded to whole 16 x 16 tiles: the tiles the backward pass loads.
+                ro, ip = _align(w16, 64), _align(l.n_in, 16)
+                o, i = np.divmod(np.arange(l.n_out * l.n_in), l.n_in)
+                copy_pos[l.weight_offset:l.bias_offset] = ro + 2 * (o * ip + i)
+                layout[k][9] = ro
+                w16 = ro + 2 * _align(l.n_out, 16) * ip
+        self.tile_width = max(_align(max(l.n_in, l.n_out), 16) for l in spec.layers)
+        shared = red.group * (self.tile_width + 8) * 2
+        if red.backward == "mma" and shared > TILE_BACKWARD_SHARED_BYTES:
+            raise ValueError(f"backward 'mma': {red.group} threads x {self.tile_width}-wide rows take {shared} "
+                             f"bytes of groupshared memory (at most {TILE_BACKWARD_SHARED_BYTES}); "
+                             "use a smaller workgroup")
         self.linear_args = [", ".join(str(v) for v in args) for args in layout]
         self.acc_count = acc
         self.row_bytes = row
@@ -349,7 +382,9 @@ class ParameterStore:
             ("BK_VEC_ACT", int(red.vector_activations)), ("BK_SKIP_SUMS", int(red.skip_sums)),
             ("BK_REDUCE_UNROLL", red.unroll), ("BK_REDUCE_MMA", int(red.reduce == "mma")),
             ("BK_REDUCE_OTILES", red.out_tiles),
-            ("BK_TRANSPOSED_COPY", int(red.transposed_copy))))
+            ("BK_TRANSPOSED_COPY", int(red.transposed_copy)),
+            ("BK_TILE_BWD", int(red.backward == "mma")), ("BK_TB_WIDTH", self.tile_width),
+            ("BK_TB_HALF_ACC", int(red.tile_accumulator == "half"))))
 
     def network_vars(self) -> dict:
         """Bindings the network's forward/backward pass reads and accumulates into."""
