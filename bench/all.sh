@@ -32,13 +32,14 @@ command_of() {
     ntc_updates)     echo "python3 bench/ntc.py --device vulkan --bpp --big 2048 --big-steps 3000 --check 500" \
                           "--big-scatter staged --big-samples texels lines8 --big-updates dense lazy" \
                           "--out bench/out/ntc_updates.json" ;;
-    # quality at 8 bpp at full length: the default, the two speed options, 128-thread split-K
+    # quality at 8 bpp at full length: the default, the two speed options, the backward
+    # pass as cooperative-matrix tiles
     ntc_options)     echo "python3 bench/ntc.py --device vulkan --bpp 8 --out bench/out/ntc_default.json &&" \
                           "python3 bench/ntc.py --device vulkan --bpp 8 --param latent_updates=lazy" \
                           "--param line_texels=8 --out bench/out/ntc_lazy_lines8.json &&" \
-                          "python3 bench/ntc.py --device vulkan --bpp 8 --out bench/out/ntc_group128.json" \
+                          "python3 bench/ntc.py --device vulkan --bpp 8 --out bench/out/ntc_tiles.json" \
                           "--reduction '{\"group\": 128, \"mode\": \"splitk\", \"reduce\": \"mma\"," \
-                          "\"reduce_groups\": 132, \"unroll\": 2}'" ;;
+                          "\"reduce_groups\": 132, \"unroll\": 2, \"backward\": \"mma\"}'" ;;
     neural_material) echo "python3 bench/neural_material.py --device vulkan" ;;
     runners)         echo "python3 bench/runners.py --device vulkan --jobs 2" ;;
     scale)           echo "python3 bench/scale.py --device vulkan --gpus 1" ;;

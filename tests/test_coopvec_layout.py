@@ -191,3 +191,20 @@ def test_every_weight_has_one_accumulating_thread(group, staging, mode):
         assert (seen == 1).all()
         total += ci + 1
     assert store.acc_count == total
+
+
+def test_default_reduction_takes_128_threads_where_every_layer_fits():
+    """Split-K on cooperative matrices with 128-thread workgroups (a thread per output row),
+    256 where a layer is wider; per-workgroup slices without cooperative matrices."""
+    from bakery.nn.parameters import default_reduction
+
+    class _CoopMat(_FakeDevice):
+        coopmat = True
+
+    narrow = NetworkSpec(FrequencyEncoding(2, 3), (64, 128), 3)
+    wide = NetworkSpec(FrequencyEncoding(2, 3), (256,), 3)
+    assert default_reduction(_CoopMat(), narrow).group == 128
+    assert default_reduction(_CoopMat(), wide).group == 256
+    assert ParameterStore(_CoopMat(), wide).reduction.group == 256
+    assert default_reduction(_CoopMat(), narrow).reduce == "mma"
+    assert default_reduction(_FakeDevice(), narrow).mode == "slices"

@@ -121,16 +121,18 @@ class CoopVecReduction:
 COOPVEC_REDUCTION: CoopVecReduction | None = None
 
 
-def default_reduction(device) -> CoopVecReduction:
+def default_reduction(device, spec=None) -> CoopVecReduction:
     """The fastest correct design measured (bench/grad_reduction.py, bench/RESULTS.md):
     split-K on cooperative matrices where the device has them, else per-workgroup slices.
-    On the H200 (132 SMs): 132 reduction workgroups per layer (best of 64/132/264), 256
-    threads, one output tile per warp. 128-thread workgroups (2 tiles per warp) were faster
-    on the texture fit (GPU 457 against 524 µs per step, same run), but the one NTC run with
-    them ended 0.44 dB lower after 1000 steps, so they wait for a quality check
-    (bench/all.sh ntc_options)."""
+    On the H200 (132 SMs): 132 reduction workgroups per layer (best of 64/132/264), unroll
+    2, and 128-thread training workgroups (GPU 458 against 519 µs per step on the texture
+    fit; NTC at 8 bpp 33.98 against 33.85 dB, same call) wherever every layer has at most
+    128 outputs (a thread per output row), else 256. The backward pass stays per-sample
+    CoopVec: as cooperative-matrix tiles it measured slower (bench/RESULTS.md)."""
     if getattr(device, "coopmat", False):
-        return CoopVecReduction(mode="splitk", reduce="mma", reduce_groups=132, unroll=2)
+        narrow = spec is None or all(l.n_out <= 128 for l in spec.layers)
+        return CoopVecReduction(group=128 if narrow else 256, mode="splitk", reduce="mma", reduce_groups=132,
+                                unroll=2)
     return CoopVecReduction()
 
 
@@ -207,7 +209,7 @@ class ParameterStore:
         self.spec = spec
         self.coopvec = device.coopvec
         self.input_gradients = input_gradients
-        self.reduction = reduction or COOPVEC_REDUCTION or default_reduction(device)
+        self.reduction = reduction or COOPVEC_REDUCTION or default_reduction(device, spec)
         private = not self.coopvec and device.info.software and spec.param_count <= CPU_PRIVATE_MAX_PARAMS
         self.tiles_per_group = cpu_tiles_per_group(batch) if private else 1
         n = spec.param_count
