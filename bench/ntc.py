@@ -267,9 +267,10 @@ def main() -> int:
           f"speed set {a.big or 'skipped'}"
           + (f"^2 at {a.big_bpp} bpp, {a.big_steps} steps, batch {a.big_batch}, cosine lr 5e-3, PSNR every "
              f"{a.check} steps" if a.big else ""), flush=True)
+    reduction = ("default (bakery/nn/parameters.py default_reduction, by the decoder's widths)"
+                 if parameters.COOPVEC_REDUCTION is None else parameters.COOPVEC_REDUCTION.__dict__)
     result = {"benchmark": "ntc", "device": dev.info.to_dict(), "tier": a.quality, "steps": a.steps,
-              "batch": a.batch, "reduction": (parameters.COOPVEC_REDUCTION or parameters.default_reduction(dev)).__dict__
-                            if dev.coopvec else None}
+              "batch": a.batch, "reduction": reduction if dev.coopvec else None}
     print(f"materials: {a.materials} cropped to {a.size or 'stored size'}, extra seeds {a.extra_seeds}; "
           f"stage params {a.param}", flush=True)
     result["settings"] = {"bpp": a.bpp, "extra_seeds": a.extra_seeds, "size": a.size, "params": a.param}

@@ -64,12 +64,20 @@ def test_coopvec_gradients_match_reference(coopvec_device, batch, reduction, mon
         assert np.linalg.norm(got[sl] - ref[sl]) / np.linalg.norm(ref[sl]) < 1e-2, l
 
 
-def test_transposed_copies_follow_each_update(coopvec_device, monkeypatch):
-    """transposed_copy: after training steps, every copy slot holds the same fp16 value as
-    its parameter's own slot, and that value is the updated fp32 master weight."""
+@pytest.mark.parametrize("copy", ["transposed", "tiles"])
+def test_weight_copies_follow_each_update(coopvec_device, copy, monkeypatch):
+    """Transposed copies, and the tile backward pass's row-major ones: after training
+    steps, every copy slot holds the same fp16 value as its parameter's own slot, and that
+    value is the updated fp32 master weight."""
+    import slangpy as spy
+
     from bakery.nn import parameters
 
-    monkeypatch.setattr(parameters, "COOPVEC_REDUCTION", parameters.CoopVecReduction(transposed_copy=True))
+    if copy == "tiles" and not coopvec_device.spy.has_feature(spy.Feature.cooperative_matrix):
+        pytest.skip("the device has no cooperative matrices")
+    monkeypatch.setattr(parameters, "COOPVEC_REDUCTION", parameters.CoopVecReduction(transposed_copy=True)
+                        if copy == "transposed" else
+                        parameters.CoopVecReduction(group=128, mode="splitk", reduce="mma", backward="mma"))
     spec, params, image, obj, _ = _setup(coopvec_device)
     trainer = Trainer(coopvec_device, spec, obj, TrainConfig(batch=BATCH, seed=SEED), params=params)
     trainer.train(3)

@@ -150,6 +150,8 @@ def test_tile_backward_refuses_what_it_cannot_run():
         CoopVecReduction(mode="splitk", reduce="mma", backward="mma", transposed_copy=True)
     with pytest.raises(ValueError, match="unknown backward"):
         CoopVecReduction(backward="tiles")
+    with pytest.raises(ValueError, match="with backward 'mma'"):
+        CoopVecReduction(mode="splitk", reduce="mma", tile_accumulator="half")  # no tile pass to use it
     wide = NetworkSpec(FrequencyEncoding(2, 3), (128,), 3)
     with pytest.raises(ValueError, match="128-wide rows"):
         ParameterStore(_FakeDevice(), wide, reduction=CoopVecReduction(mode="splitk", reduce="mma", backward="mma"))
@@ -193,16 +195,16 @@ def test_every_weight_has_one_accumulating_thread(group, staging, mode):
     assert store.acc_count == total
 
 
-def test_default_reduction_takes_128_threads_where_every_layer_fits():
-    """Split-K on cooperative matrices with 128-thread workgroups (a thread per output row),
-    256 where a layer is wider; per-workgroup slices without cooperative matrices."""
+def test_default_reduction_takes_128_threads_for_the_widths_measured():
+    """Split-K on cooperative matrices with 128-thread workgroups up to 64-wide layers (the
+    widths benchmarked), 256 beyond; per-workgroup slices without cooperative matrices."""
     from bakery.nn.parameters import default_reduction
 
     class _CoopMat(_FakeDevice):
         coopmat = True
 
-    narrow = NetworkSpec(FrequencyEncoding(2, 3), (64, 128), 3)
-    wide = NetworkSpec(FrequencyEncoding(2, 3), (256,), 3)
+    narrow = NetworkSpec(FrequencyEncoding(2, 3), (64, 40), 3)
+    wide = NetworkSpec(FrequencyEncoding(2, 3), (64, 128), 3)
     assert default_reduction(_CoopMat(), narrow).group == 128
     assert default_reduction(_CoopMat(), wide).group == 256
     assert ParameterStore(_CoopMat(), wide).reduction.group == 256

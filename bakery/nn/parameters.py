@@ -54,7 +54,7 @@ class CoopVecReduction:
     multiplies by a stored transposed copy of each weight matrix (written after each
     update) rather than by the matrix transposed inside the product; ``backward``: how the
     training kernel carries gradients back through the layers ("coopvec": one transposed
-    matrix-vector product per sample; "mma": each warp multiplies its 32 samples' output
+    matrix-vector product per sample; "mma": each warp multiplies its lanes' samples' output
     gradients by a row-major fp16 copy of the weights as 16 x 16 tiles on cooperative
     matrices, the copies written after each update; needs split-K on "mma");
     ``tile_accumulator``: the element type of that product's accumulators ("float" or
@@ -101,8 +101,9 @@ class CoopVecReduction:
             raise ValueError(f"unknown backward pass {self.backward!r} (known: coopvec, mma)")
         if self.backward == "mma" and (self.reduce != "mma" or self.transposed_copy):
             raise ValueError("backward 'mma' needs mode 'splitk' with reduce 'mma', and no transposed copies")
-        if self.tile_accumulator not in ("float", "half"):
-            raise ValueError(f"unknown tile accumulator {self.tile_accumulator!r} (known: float, half)")
+        if self.tile_accumulator not in ("float", "half") or (self.tile_accumulator != "float"
+                                                                 and self.backward != "mma"):
+            raise ValueError(f"tile accumulator {self.tile_accumulator!r}: 'float', or 'half' with backward 'mma'")
 
     @property
     def split_k_groups(self) -> int:
@@ -117,20 +118,22 @@ class CoopVecReduction:
 
 
 #: The reduction every ParameterStore uses unless given another (benchmarks set it);
-#: None: default_reduction(device).
+#: None: default_reduction(device, spec).
 COOPVEC_REDUCTION: CoopVecReduction | None = None
 
 
-def default_reduction(device, spec=None) -> CoopVecReduction:
+def default_reduction(device, spec) -> CoopVecReduction:
     """The fastest correct design measured (bench/grad_reduction.py, bench/RESULTS.md):
     split-K on cooperative matrices where the device has them, else per-workgroup slices.
     On the H200 (132 SMs): 132 reduction workgroups per layer (best of 64/132/264), unroll
     2, and 128-thread training workgroups (GPU 458 against 519 µs per step on the texture
     fit; NTC at 8 bpp 33.98 against 33.85 dB, same call) wherever every layer has at most
-    128 outputs (a thread per output row), else 256. The backward pass stays per-sample
-    CoopVec: as cooperative-matrix tiles it measured slower (bench/RESULTS.md)."""
+    64 outputs, the widths measured, else 256 (wider layers at 128 threads would give each
+    warp of the split-K sum twice the accumulator tiles: unmeasured, likely spilling). The
+    backward pass stays per-sample CoopVec: as cooperative-matrix tiles it measured slower
+    (bench/RESULTS.md)."""
     if getattr(device, "coopmat", False):
-        narrow = spec is None or all(l.n_out <= 128 for l in spec.layers)
+        narrow = all(l.n_out <= 64 for l in spec.layers)
         return CoopVecReduction(group=128 if narrow else 256, mode="splitk", reduce="mma", reduce_groups=132,
                                 unroll=2)
     return CoopVecReduction()
@@ -291,7 +294,9 @@ class ParameterStore:
                 copy_pos[l.weight_offset:l.bias_offset] = ro + 2 * (o * ip + i)
                 layout[k][9] = ro
                 w16 = ro + 2 * _align(l.n_out, 16) * ip
-        self.tile_width = max(_align(max(l.n_in, l.n_out), 16) for l in spec.layers)
+        # The tile backward pass's rows hold dz and dx of the layers whose dx is used.
+        self.tile_width = max([_align(max(l.n_in, l.n_out), 16) for k, l in enumerate(spec.layers)
+                               if layout[k][5]] or [16])
         shared = red.group * (self.tile_width + 8) * 2
         if red.backward == "mma" and shared > TILE_BACKWARD_SHARED_BYTES:
             raise ValueError(f"backward 'mma': {red.group} threads x {self.tile_width}-wide rows take {shared} "
