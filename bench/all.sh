@@ -6,7 +6,7 @@
 #   bash bench/all.sh NAME[:SECONDS] ...
 #
 # NAME: suite | mipmap | fit | procedural | train_texture | ntc | ntc_scatter | ntc_updates | ntc_options |
-#       neural_material | runners | scale
+#       backward_anatomy | neural_material | runners | scale
 # Prepare the machine first (see README): source .device/setup.sh and install .whl/*.whl.
 set -u
 cd "$(dirname "$0")/.."
@@ -40,6 +40,7 @@ command_of() {
                           "python3 bench/ntc.py --device vulkan --bpp 8 --out bench/out/ntc_tiles.json" \
                           "--reduction '{\"group\": 128, \"mode\": \"splitk\", \"reduce\": \"mma\"," \
                           "\"reduce_groups\": 132, \"unroll\": 2, \"backward\": \"mma\"}'" ;;
+    backward_anatomy) echo "python3 bench/backward_anatomy.py --device vulkan" ;;
     neural_material) echo "python3 bench/neural_material.py --device vulkan" ;;
     runners)         echo "python3 bench/runners.py --device vulkan --jobs 2" ;;
     scale)           echo "python3 bench/scale.py --device vulkan --gpus 1" ;;
