@@ -1,0 +1,83 @@
+"""Every stage's training program for the CoopVec backend builds on any device: its Slang
+type-checks and links (train step, split-K sum, optimizer) with the default reduction
+of a device with cooperative matrices and with the tile backward pass. The CPU device
+cannot run them; a device stand-in says it has cooperative vectors and matrices and lays
+matrices out as tests/test_coopvec_layout.py's fake does. So a CoopVec-only typo fails CI
+rather than a GPU call; the GPU runs them in test_coopvec.py, test_ntc.py and
+test_neural_material.py."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from bakery.nn import parameters
+from bakery.nn.encodings import FrequencyEncoding
+from bakery.nn.network import NetworkSpec
+from bakery.nn.trainer import TrainConfig, Trainer
+from tests.test_coopvec_layout import _FakeSpy
+
+
+class _SpyWithFakeLayouts:
+    """The real slangpy device, except for the cooperative-vector layout calls."""
+
+    def __init__(self, spy):
+        self._spy, self._layouts = spy, _FakeSpy()
+
+    def get_coop_vec_matrix_size(self, *a, **k):
+        return self._layouts.get_coop_vec_matrix_size(*a, **k)
+
+    def convert_coop_vec_matrix(self, *a, **k):
+        return self._layouts.convert_coop_vec_matrix(*a, **k)
+
+    def __getattr__(self, name):
+        return getattr(self._spy, name)
+
+
+@pytest.fixture()
+def coopvec_stand_in(device):
+    fake = copy.copy(device)
+    fake.coopvec = fake.coopmat = True
+    fake.spy = _SpyWithFakeLayouts(device.spy)
+    fake._programs = {}
+    return fake
+
+
+def _texture(dev):
+    from bakery.stages.neural_texture.objective import TextureFit
+
+    image = np.random.default_rng(0).random((16, 16, 3), dtype=np.float32)
+    return NetworkSpec(FrequencyEncoding(2, 3), (64, 64), 3), TextureFit(dev, image)
+
+
+def _ntc(dev):
+    from bakery.stages.ntc.objective import LatentTextureFit
+    from bakery.stages.ntc.rate import choose
+
+    image = np.random.default_rng(0).random((32, 32, 4), dtype=np.float32)
+    point = choose(32, 32, 4, 16.0, hidden=16, layers=1, bits=4, pe_octaves=2)
+    return point.network, LatentTextureFit(dev, image, point.grid, latent_scatter="staged", line_texels=8,
+                                           lazy_latents=True)
+
+
+def _material(dev):
+    from bakery.shading.layered import LayerConstants
+    from bakery.stages.neural_material.objective import MaterialDistillation, make_stack
+
+    params = np.random.default_rng(0).uniform(0.3, 1.0, (8, 8, 8)).astype(np.float32)
+    return make_stack(4, 8, 1, 8, "frame"), MaterialDistillation(dev, params, 4, LayerConstants(), loss="log",
+                                                                 directions="frame")
+
+
+@pytest.mark.parametrize("backward", ["coopvec", "mma"])
+@pytest.mark.parametrize("job", [_texture, _ntc, _material], ids=["neural_texture", "ntc", "neural_material"])
+def test_training_program_builds_for_coopvec(coopvec_stand_in, job, backward, monkeypatch):
+    if backward == "mma":
+        monkeypatch.setattr(parameters, "COOPVEC_REDUCTION", parameters.CoopVecReduction(
+            group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2, backward="mma"))
+    spec, objective = job(coopvec_stand_in)
+    trainer = Trainer(coopvec_stand_in, spec, objective, TrainConfig(steps=1, batch=1024))
+    assert trainer.store.coopvec and trainer._reduce is not None  # split-K: its sum kernel built too
+    assert ("#define BK_TILE_BWD 1" in trainer.source) == (backward == "mma")
