@@ -16,6 +16,12 @@ layers, so the cost can be pinned on one of them:
   chain         forward keeping h1..h3, then relu_grad and transposed per layer: the
                 backward pass as the training kernel runs it, without stores or sums
   chain_copy    the same with the transposed copies
+  tile_trip     per layer: each lane's vector into a groupshared row, the warp's rows
+                times W as 16 x 16 cooperative-matrix tiles (W row-major in a buffer, fp32
+                accumulators), back into the rows, each lane's vector read back: the
+                tile backward pass's core (CoopVecReduction backward "mma")
+  tile_only     the same three tile products with the vectors written once and read once:
+                what a pass that keeps its rows in groupshared memory would pay
 
 Prints the device, the settings and a table (µs per dispatch, Vulkan timestamps, mean of
 --repeats); writes JSON (bench/out/backward_anatomy.json). On a device without
@@ -42,7 +48,8 @@ from bakery.nn.network import NetworkSpec  # noqa: E402
 from bakery.nn.parameters import CoopVecReduction, ParameterStore, make_buffer  # noqa: E402
 
 WIDTH = 64
-VARIANTS = ("baseline", "forward", "transposed", "copy", "relu_grad", "element_io", "chain", "chain_copy")
+VARIANTS = ("baseline", "forward", "transposed", "copy", "relu_grad", "element_io", "chain", "chain_copy",
+            "tile_trip", "tile_only")
 
 # Per thread: a 64-vector from its index, LAYERS of the variant's operation, one element
 # kept (the sum of all would cost as much as what is measured).
@@ -90,9 +97,52 @@ V element_io(V v)
     return w;
 }
 
+#if BK_ANATOMY >= 8
+typealias TA = linalg.CoopMat<half, MemoryScope.Subgroup, 16, 16, linalg.CoopMatMatrixUse.MatrixA>;
+typealias TB = linalg.CoopMat<half, MemoryScope.Subgroup, 16, 16, linalg.CoopMatMatrixUse.MatrixB>;
+typealias TC = linalg.CoopMat<float, MemoryScope.Subgroup, 16, 16, linalg.CoopMatMatrixUse.MatrixAccumulator>;
+typealias TH = linalg.CoopMat<half, MemoryScope.Subgroup, 16, 16, linalg.CoopMatMatrixUse.MatrixAccumulator>;
+RWByteAddressBuffer g_wrow;   // layer k's W row-major at halfs k * N * N
+static const int ROW = N + 8;
+groupshared half g_rows[BK_GROUP * ROW];
+
+// The calling warp's rows times W_k, in place. Every lane calls it.
+void tile_layer(uint thread, int k)
+{
+    static const int T = N / 16;
+    uint first = thread - WaveGetLaneIndex();
+    GroupMemoryBarrierWithWaveSync();
+    for (uint r = first; r < first + WaveGetLaneCount(); r += 16)
+    {
+        TC acc[T];
+        [ForceUnroll]
+        for (int t = 0; t < T; t++)
+            acc[t] = TC(0.0);
+        [ForceUnroll]
+        for (int kk = 0; kk < T; kk++)
+        {
+            let a = TA.Load<linalg.CoopMatMatrixLayout.RowMajor>(g_rows, r * ROW + 16 * kk, ROW);
+            [ForceUnroll]
+            for (int t = 0; t < T; t++)
+                acc[t] = linalg.coopMatMulAdd<float, false>(
+                    a, TB.Load<linalg.CoopMatMatrixLayout.RowMajor>(g_wrow, k * N * N + 16 * kk * N + 16 * t, N), acc[t]);
+        }
+        GroupMemoryBarrierWithWaveSync();
+        [ForceUnroll]
+        for (int t = 0; t < T; t++)
+        {
+            TH h;
+            h.copyFrom(acc[t]);
+            h.Store<linalg.CoopMatMatrixLayout.RowMajor>(g_rows, r * ROW + 16 * t, ROW);
+        }
+    }
+    GroupMemoryBarrierWithWaveSync();
+}
+#endif
+
 [shader("compute")]
 [numthreads(BK_GROUP, 1, 1)]
-void anatomy(uint3 tid: SV_DispatchThreadID)
+void anatomy(uint3 tid: SV_DispatchThreadID, uint3 gtid: SV_GroupThreadID)
 {
     V v = seed_vector(tid.x);
 #if BK_ANATOMY == 1
@@ -120,6 +170,18 @@ void anatomy(uint3 tid: SV_DispatchThreadID)
     d = relu_grad(h1, layer_transposed<T1, 0>(d));
     v = layer_transposed<T0, 0>(d);
 #endif
+#elif BK_ANATOMY == 8
+    [ForceUnroll]
+    for (int k = 2; k >= 0; k--)
+    {
+        v.store(g_rows, int(gtid.x * ROW * 2));
+        tile_layer(gtid.x, k);
+        v = coopVecLoadGroupshared<N>(g_rows, int(gtid.x * ROW * 2));
+    }
+#elif BK_ANATOMY == 9
+    v.store(g_rows, int(gtid.x * ROW * 2));
+    tile_layer(gtid.x, 2); tile_layer(gtid.x, 1); tile_layer(gtid.x, 0);
+    v = coopVecLoadGroupshared<N>(g_rows, int(gtid.x * ROW * 2));
 #endif
     g_sink[tid.x] = float(v[int(tid.x % uint(N))]);
 }
@@ -159,13 +221,17 @@ def main() -> int:
 
     spec = NetworkSpec(IdentityEncoding(WIDTH), (WIDTH, WIDTH), WIDTH)
     store = ParameterStore(dev, spec, reduction=CoopVecReduction(group=256, transposed_copy=True))
-    store.upload(spec.init_params(0))
+    params = spec.init_params(0)
+    store.upload(params)
     sink = make_buffer(dev, np.zeros(a.threads, np.float32))
+    wrow = make_buffer(dev, np.concatenate([w.astype(np.float16).reshape(-1) for w, _ in spec.split(params)]))
     pool = dev.spy.create_query_pool(type=spy.QueryType.timestamp, count=2 * a.repeats)
     rows = []
     for v in VARIANTS:
         kernel = dev.kernel(kernel_source(store, v), "anatomy")
         bindings = {"g_weights16": store.weights16, "g_sink": sink}
+        if v.startswith("tile"):
+            bindings["g_wrow"] = wrow
         dev.submit(lambda enc: kernel.dispatch([a.threads, 1, 1], vars=bindings, command_encoder=enc))  # warm-up
 
         def record(enc):
