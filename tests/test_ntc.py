@@ -89,6 +89,35 @@ def test_rate_control_lands_within_3_percent(mode):
             assert bpp * 0.97 <= p.bpp <= bpp, (size, bpp, p.bpp)
 
 
+def test_rate_control_takes_the_finest_grid_of_at_least_two_texels_per_cell():
+    """Automatic features: the fewest (of at least 8) whose latent grid keeps MIN_SCALE
+    texels per cell; where even 16 features' grid is finer, 16 (the coarsest grid)."""
+    from bakery.errors import UsageError
+    from bakery.stages.ntc.rate import MIN_AUTO_FEATURES, MIN_SCALE, choose, grid_scale
+
+    kw = dict(hidden=64, layers=2, bits=2, pe_octaves=3)
+
+    def fixed(bpp, f):
+        try:
+            return [choose(256, 256, 10, bpp, features=f, **kw)]
+        except UsageError:  # no grid of f features fits the texture at this rate
+            return []
+
+    for bpp in (2, 4, 8, 16):
+        p = choose(256, 256, 10, bpp, **kw)
+        others = [q for f in (4, 8, 12, 16) for q in fixed(bpp, f)]
+        fine_enough = [q for q in others if grid_scale(q) >= MIN_SCALE and q.grid.features >= MIN_AUTO_FEATURES]
+        if fine_enough:
+            assert p.grid.features == min(q.grid.features for q in fine_enough), bpp
+        else:
+            assert p.grid.features == 16 and grid_scale(p) == max(grid_scale(q) for q in others), bpp
+    assert choose(256, 256, 10, 8, **kw).grid.features == 12   # 8 features' grid would be finer than 2
+    assert choose(256, 256, 10, 16, **kw).grid.features == 16  # every grid is finer than 2
+    assert choose(256, 256, 10, 8, features=16, **kw).grid.features == 16  # a given count is kept
+    with pytest.raises(UsageError, match="more than 4 latent features can spend"):  # not "too low"
+        choose(256, 256, 10, 16, features=4, **kw)
+
+
 @pytest.mark.parametrize("bits", [1, 2, 4, 8])
 def test_packed_latents_round_trip(bits):
     grid = LatentGridSpec(37, 21, 13, 7, 12, bits, 2, True, "packed")

@@ -21,7 +21,8 @@ from bakery.stages.ntc.objective import LatentGridSpec
 from bakery.stages.ntc.packing import packed_bytes
 
 FEATURES = (16, 12, 8, 4)
-MIN_SCALE = 2.0          # finer latent grids than this waste bits on what the MLP could add
+MIN_SCALE = 2.0          # texels per latent cell: finer grids waste bits on what the MLP could add
+MIN_AUTO_FEATURES = 8    # the fewest features the automatic choice takes (fewer: unmeasured)
 
 
 def latent_bytes(grid: LatentGridSpec) -> int:
@@ -84,10 +85,20 @@ def _best_grid(width, height, budget_bits, make) -> RatePoint | None:
     return best
 
 
+def grid_scale(p: RatePoint) -> float:
+    """Texels of colour mip 0 per latent cell of level 0 (geometric mean of both axes)."""
+    g = p.grid
+    return math.sqrt(g.width * g.height / (g.grid_width * g.grid_height))
+
+
 def choose(width: int, height: int, channels: int, bpp: float, *, hidden: int, layers: int, bits: int,
            pe_octaves: int, mips: bool = True, mode: str = "packed", features: int = 0) -> RatePoint:
-    """The configuration nearest ``bpp`` from below: the most features (from 16) whose grid
-    is no finer than MIN_SCALE, else the coarsest-scale one that fits."""
+    """The configuration nearest ``bpp`` from below: the finest grid no finer than
+    MIN_SCALE, i.e. the fewest features (at least MIN_AUTO_FEATURES) whose grid is that
+    coarse, else the coarsest-scale configuration that fits. On the H200 fewer features on
+    a finer grid beat more on a coarser one at every rate measured while the grid stayed
+    at least MIN_SCALE texels per cell (2 bpp: 12 features +4.1 dB over 16; 4 bpp: 8 best,
+    +0.4 dB; 8 bpp: 12 best, +0.3 dB, 8 at 1.8 texels per cell 0.1 dB under; bench/RESULTS.md)."""
     budget = bpp * width * height
     options = []
     for f in ((features,) if features else FEATURES):
@@ -97,13 +108,23 @@ def choose(width: int, height: int, channels: int, bpp: float, *, hidden: int, l
         if p is not None:
             options.append(p)
     if not options:
+        make = lambda gw, gh: point(width, height, channels, gw, gh, features or FEATURES[0], hidden=hidden,  # noqa: E731
+                                    layers=layers, bits=bits, pe_octaves=pe_octaves, mips=mips, mode=mode)
+        finest = make(width, height)
+        if budget > finest.bits:
+            raise UsageError(f"bpp {bpp:g} is more than {finest.grid.features} latent features can spend on a "
+                             f"{width}x{height} set (a latent grid as fine as the texture costs {finest.bpp:.2f} "
+                             f"bpp); lower bpp or raise features", key="params.bpp")
         smallest = point(width, height, channels, 1, 1, features or FEATURES[-1], hidden=hidden, layers=layers,
                          bits=bits, pe_octaves=pe_octaves, mips=mips, mode=mode)
         raise UsageError(f"bpp {bpp:g} is too low for a {width}x{height} set: the smallest configuration costs "
                          f"{smallest.bpp:.2f} bpp (decoder {smallest.network.param_count} fp16 parameters); "
                          f"raise bpp or lower hidden/layers", key="params.bpp")
-    coarse = [p for p in options if width / p.grid.grid_width >= MIN_SCALE]
-    return coarse[0] if coarse else max(options, key=lambda p: width / p.grid.grid_width)
+    preferred = [p for p in options if grid_scale(p) >= MIN_SCALE
+                 and (features or p.grid.features >= MIN_AUTO_FEATURES)]
+    if preferred:
+        return min(preferred, key=lambda p: p.grid.features)
+    return max(options, key=grid_scale)
 
 
 def ladder(width, height, channels, **kw) -> list[RatePoint]:
