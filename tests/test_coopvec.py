@@ -35,14 +35,14 @@ def test_coopvec_forward_matches_reference(coopvec_device):
     assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 5e-3
 
 
-@pytest.mark.parametrize("reduction", ["slices", "splitk-mma", "splitk-mma-copy", "splitk-mma-tiles",
-                                       "splitk-mma-tiles-half"])
+@pytest.mark.parametrize("reduction", ["slices", "splitk-mma", "splitk-mma-copy", "splitk-mma-generated",
+                                       "splitk-mma-tiles", "splitk-mma-tiles-half"])
 @pytest.mark.parametrize("batch", [BATCH, 1 << 18, 1000])
 def test_coopvec_gradients_match_reference(coopvec_device, batch, reduction, monkeypatch):
     """Per layer, at a small, a production and a ragged batch (fp32 sums, no 1/batch in
     fp16), with per-workgroup slices and with split-K on cooperative matrices (with and
-    without transposed weight copies for the input gradients, and with the backward pass
-    itself as tiles, fp32 or fp16 accumulators)."""
+    without transposed weight copies for the input gradients, with the backward pass
+    generated rather than derived, and as tiles, fp32 or fp16 accumulators)."""
     import slangpy as spy
 
     from bakery.nn import parameters
@@ -53,7 +53,7 @@ def test_coopvec_gradients_match_reference(coopvec_device, batch, reduction, mon
         **({} if reduction == "slices" else {"mode": "splitk", "reduce": "mma"}),
         **({"group": 128, "backward": "mma"} if "tiles" in reduction else {}),
         **({"tile_accumulator": "half"} if reduction.endswith("half") else {}),
-        transposed_copy=reduction.endswith("copy")))
+        transposed_copy=reduction.endswith("copy"), generated_backward=reduction.endswith("generated")))
     spec, params, image, obj, _ = _setup(coopvec_device, "leaky_relu")
     trainer = Trainer(coopvec_device, spec, obj, TrainConfig(batch=batch, seed=SEED), params=params)
     got = trainer.accumulate_gradients()

@@ -75,17 +75,17 @@ def test_loss_gradients_match_numpy(device, loss):
     assert _rel(got, ref) < 1e-4
 
 
-@pytest.mark.parametrize("backward", ["coopvec", "mma"])
+@pytest.mark.parametrize("backward", ["coopvec", "generated", "mma"])
 def test_input_gradients_match_numpy(device, backward):
     """d loss / d input through the MLP and the frequency encoding (on CoopVec also with
-    the backward pass as cooperative-matrix tiles: the encoding's backward reads the
-    first layer's dx from the tile rows)."""
+    the generated backward pass, and with it as cooperative-matrix tiles: the encoding's
+    backward takes the first layer's dx from the generated pass)."""
     import slangpy as spy
 
     from bakery.nn.parameters import CoopVecReduction
 
-    if backward == "mma" and not (device.coopvec and device.spy.has_feature(spy.Feature.cooperative_matrix)):
-        pytest.skip("the tile backward pass needs cooperative vectors and matrices")
+    if backward != "coopvec" and not (device.coopvec and device.spy.has_feature(spy.Feature.cooperative_matrix)):
+        pytest.skip("the generated backward passes run on cooperative vectors (split-K on matrices)")
     spec = NetworkSpec(FrequencyEncoding(2, 3), (16, 16), 3, "tanh")
     params = spec.init_params(5)
     rng = np.random.default_rng(9)
@@ -95,8 +95,10 @@ def test_input_gradients_match_numpy(device, backward):
     from bakery.nn.codegen import network_source
     from bakery.nn.parameters import ParameterStore
 
-    tiles = CoopVecReduction(group=128, mode="splitk", reduce="mma", backward="mma") if backward == "mma" else None
-    store = ParameterStore(device, spec, reduction=tiles)
+    generated = None if backward == "coopvec" else CoopVecReduction(
+        group=128, mode="splitk", reduce="mma", backward="mma" if backward == "mma" else "coopvec",
+        generated_backward=backward == "generated")
+    store = ParameterStore(device, spec, reduction=generated)
     store.upload(params)
     src = (store.defines() + '#include "nn/mlp.slang"\n' + network_source(spec, store.linear_args) + """
 #include "nn/losses.slang"

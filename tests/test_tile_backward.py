@@ -51,7 +51,7 @@ def test_tile_backward_program_builds(device, stacked, input_gradients, accumula
     store = ParameterStore(_FakeDevice(), spec, reduction=red, input_gradients=input_gradients)
     source = (store.defines() + "#define BAKERY_COOPVEC 1\n#define BAKERY_SOFTWARE 0\n" + '#include "nn/mlp.slang"\n'
               + program_source(spec, store.linear_args) + KERNEL % call)
-    assert "backward_tiles" in source
+    assert "backward_layers" in source
     name = f"tile_backward_{stacked}_{input_gradients}_{accumulator}"
     module = device.spy.load_module_from_source(name, source)
     device.spy.link_program([module], [module.entry_point("train_step")])

@@ -6,6 +6,10 @@ from __future__ import annotations
 from bakery.nn import activations
 from bakery.nn.network import NetworkSpec
 
+#: Where the CoopVec backend's networks take their generated backward pass
+#: (``layer_backward_source``) instead of Slang's autodiff (nn/mlp_coopvec.slang).
+GENERATED = "BK_GEN_BWD || BK_TILE_BWD"
+
 
 def program_source(spec, linear_args: list[str]) -> str:
     """The network structs of a :class:`NetworkSpec` (``struct Network``) or of a
@@ -38,7 +42,7 @@ def network_source(spec: NetworkSpec, linear_args: list[str], name: str = "Netwo
         act = activations.get(layer.activation).slang
         body.append(f"        let h{k + 1} = bk_activate<{act}, {layer.n_out}>("
                     f"{linears[k]}.eval(h{k}));")
-    tiles = tile_backward_source(spec, linears, grad) if len(first) > 9 else []
+    layered = layer_backward_source(spec, linears, grad) if len(first) > 9 else []
     return "\n".join([
         f"struct {name}",
         "{",
@@ -46,14 +50,14 @@ def network_source(spec: NetworkSpec, linear_args: list[str], name: str = "Netwo
         f"    static const int OUT = {spec.n_outputs};",
         "",
         "    [Differentiable]",
-        *(["#if BK_TILE_BWD", "    [BackwardDerivative(backward_tiles)]", "#endif"] if tiles else []),
+        *([f"#if {GENERATED}", "    [BackwardDerivative(backward_layers)]", "#endif"] if layered else []),
         f"    static float[{spec.n_outputs}] forward(float[{spec.n_inputs}] x)",
         "    {",
         *body,
         f"        return bk_from_vec<{spec.n_outputs}>(h{last});",
         "    }",
         "",
-        *tiles,
+        *layered,
         "    // After a workgroup's last training tile: its share of the weight gradients.",
         "    static void store_gradients(uint group)",
         "    {",
@@ -70,11 +74,13 @@ def network_source(spec: NetworkSpec, linear_args: list[str], name: str = "Netwo
     ])
 
 
-def tile_backward_source(spec: NetworkSpec, linears: list[str], grad: str) -> list[str]:
-    """CoopVec backend: ``backward_tiles``, the network's backward pass on cooperative
-    matrices (BK_TILE_BWD in nn/mlp_coopvec.slang) - the forward again, keeping each
-    layer's output, then the layers in reverse, each warp multiplying its samples'
-    gradients by the weights as tiles."""
+def layer_backward_source(spec: NetworkSpec, linears: list[str], grad: str) -> list[str]:
+    """CoopVec backend: ``backward_layers``, the network's backward pass written out rather
+    than derived by Slang's autodiff: the forward again, keeping only each layer's output
+    (every activation's derivative follows from its output), then the layers in reverse,
+    each storing its split-K rows and returning dx = W^T dz (``Linear.backward_step``: one
+    transposed matrix-vector product per sample, or the warp's cooperative-matrix tiles
+    with BK_TILE_BWD)."""
     enc = spec.encoding.slang_type()
     acts = [activations.get(l.activation).slang for l in spec.layers]
     last = len(spec.layers)
@@ -82,16 +88,16 @@ def tile_backward_source(spec: NetworkSpec, linears: list[str], grad: str) -> li
     body += [f"        let h{k + 1} = bk_activate<{acts[k]}, {l.n_out}>({linears[k]}.eval(h{k}));"
              for k, l in enumerate(spec.layers)]
     # d{k}: the gradient at layer k's output (before its activation).
-    body.append(f"        let d{last - 1} = bk_tile_output_gradient<{acts[-1]}, {spec.n_outputs}>(h{last}, dy);")
+    body.append(f"        let d{last - 1} = bk_output_gradient<{acts[-1]}, {spec.n_outputs}>(h{last}, dy);")
     for k in range(last - 1, 0, -1):
         body.append(f"        let d{k - 1} = {acts[k - 1]}.dvy<{spec.layers[k].n_in}>("
-                    f"h{k}, {linears[k]}.backward_tile(h{k}, d{k}));")
-    body.append(f"        {linears[0]}.backward_tile(h0, d0);")
+                    f"h{k}, {linears[k]}.backward_step(h{k}, d{k}));")
+    body.append(f"        let dx = {linears[0]}.backward_step(h0, d0);")
     if grad != "0":
-        body.append(f"        bwd_diff({enc}.eval)(x, bk_tile_row_gradient<{spec.encoding.n_outputs}>());")
+        body.append(f"        bwd_diff({enc}.eval)(x, bk_input_gradient<{spec.encoding.n_outputs}>(dx));")
     else:
         body.append(f"        float[{spec.n_inputs}] none = {{}};")
         body.append("        x = diffPair(x.p, none);")
-    return ["#if BK_TILE_BWD",
-            f"    static void backward_tiles(inout DifferentialPair<float[{spec.n_inputs}]> x, float[{spec.n_outputs}] dy)",
+    return [f"#if {GENERATED}",
+            f"    static void backward_layers(inout DifferentialPair<float[{spec.n_inputs}]> x, float[{spec.n_outputs}] dy)",
             "    {", *body, "    }", "#endif", ""]

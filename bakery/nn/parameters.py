@@ -58,7 +58,10 @@ class CoopVecReduction:
     gradients by a row-major fp16 copy of the weights as 16 x 16 tiles on cooperative
     matrices, the copies written after each update; needs split-K on "mma");
     ``tile_accumulator``: the element type of that product's accumulators ("float" or
-    "half": no conversion before the tiles go back to groupshared memory).
+    "half": no conversion before the tiles go back to groupshared memory);
+    ``generated_backward``: each network's backward pass as nn/codegen.py writes it out
+    (the forward again keeping layer outputs, then the layers in reverse) rather than as
+    Slang's autodiff derives it (the tile backward pass is always generated).
     ``staging`` "none" and ``skip_sums`` leave
     out the staging and the per-thread sums (wrong gradients; in split-K mode, the row
     stores and the reduction dispatch): bench/grad_reduction.py times the parts with them.
@@ -78,6 +81,7 @@ class CoopVecReduction:
     transposed_copy: bool = False
     backward: str = "coopvec"
     tile_accumulator: str = "float"
+    generated_backward: bool = False
 
     @property
     def chunked(self) -> bool:
@@ -390,6 +394,7 @@ class ParameterStore:
             ("BK_REDUCE_UNROLL", red.unroll), ("BK_REDUCE_MMA", int(red.reduce == "mma")),
             ("BK_REDUCE_OTILES", red.out_tiles),
             ("BK_TRANSPOSED_COPY", int(red.transposed_copy)),
+            ("BK_GEN_BWD", int(red.generated_backward)),
             ("BK_TILE_BWD", int(red.backward == "mma")), ("BK_TB_WIDTH", self.tile_width),
             ("BK_TB_HALF_ACC", int(red.tile_accumulator == "half"))))
 
