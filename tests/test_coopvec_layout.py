@@ -197,7 +197,8 @@ def test_every_weight_has_one_accumulating_thread(group, staging, mode):
 
 def test_default_reduction_takes_128_threads_for_the_widths_measured():
     """Split-K on cooperative matrices with 128-thread workgroups up to 64-wide layers (the
-    widths benchmarked), 256 beyond; per-workgroup slices without cooperative matrices."""
+    widths benchmarked), 256 beyond, and the generated backward pass; per-workgroup slices
+    without cooperative matrices."""
     from bakery.nn.parameters import default_reduction
 
     class _CoopMat(_FakeDevice):
@@ -209,4 +210,5 @@ def test_default_reduction_takes_128_threads_for_the_widths_measured():
     assert default_reduction(_CoopMat(), wide).group == 256
     assert ParameterStore(_CoopMat(), wide).reduction.group == 256
     assert default_reduction(_CoopMat(), narrow).reduce == "mma"
+    assert default_reduction(_CoopMat(), narrow).generated_backward
     assert default_reduction(_FakeDevice(), narrow).mode == "slices"

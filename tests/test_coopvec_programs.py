@@ -1,7 +1,7 @@
 """Every stage's training program for the CoopVec backend builds on any device: its Slang
 type-checks and links (train step, split-K sum, optimizer) with the default reduction
-of a device with cooperative matrices, with the generated backward pass and with
-the tile backward pass. The CPU device
+of a device with cooperative matrices (the generated backward pass), with Slang's
+autodiff's and with the tile backward pass. The CPU device
 cannot run them; a device stand-in says it has cooperative vectors and matrices and lays
 matrices out as tests/test_coopvec_layout.py's fake does. So a CoopVec-only typo fails CI
 rather than a GPU call; the GPU runs them in test_coopvec.py, test_ntc.py and
@@ -72,15 +72,15 @@ def _material(dev):
                                                                  directions="frame")
 
 
-@pytest.mark.parametrize("backward", ["default", "generated", "mma"])
+@pytest.mark.parametrize("backward", ["default", "autodiff", "mma"])
 @pytest.mark.parametrize("job", [_texture, _ntc, _material], ids=["neural_texture", "ntc", "neural_material"])
 def test_training_program_builds_for_coopvec(coopvec_stand_in, job, backward, monkeypatch):
     if backward != "default":
         monkeypatch.setattr(parameters, "COOPVEC_REDUCTION", parameters.CoopVecReduction(
             group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2,
-            backward="mma" if backward == "mma" else "coopvec", generated_backward=backward == "generated"))
+            backward="mma" if backward == "mma" else "coopvec"))
     spec, objective = job(coopvec_stand_in)
     trainer = Trainer(coopvec_stand_in, spec, objective, TrainConfig(steps=1, batch=1024))
     assert trainer.store.coopvec and trainer._reduce is not None  # split-K: its sum kernel built too
     assert ("#define BK_TILE_BWD 1" in trainer.source) == (backward == "mma")
-    assert ("#define BK_GEN_BWD 1" in trainer.source) == (backward == "generated")
+    assert ("#define BK_GEN_BWD 1" in trainer.source) == (backward == "default")
