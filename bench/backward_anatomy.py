@@ -25,8 +25,8 @@ layers, so the cost can be pinned on one of them:
 
 and, per 2^18 threads of 128, the real thing: a generated network's bwd_diff(forward) as
 the training kernel calls it (split-K row stores compiled in but not run, as
-bench/grad_reduction.py's "no stores" diagnostics), with inputs and loss gradients made
-from the thread index, to pin the rest on the network's shape:
+bench/grad_reduction.py's "no stores" diagnostics, except in net_stores), with inputs and
+loss gradients made from the thread index, to pin the rest on the network's shape:
 
   net             the texture fit's network, 12 (frequency encoding of uv) -> 3 x 64 -> 3
   net_forward     its forward pass alone
@@ -34,6 +34,7 @@ from the thread index, to pin the rest on the network's shape:
   net_out64       the same with 64 outputs (no narrow last layer)
   net_in64        64 inputs (identity encoding), 3 outputs
   net_in64_out64  64 inputs, 64 outputs: the chain's shape
+  net_stores      net_generated storing its split-K rows (x and dy of every layer, fp16)
 
 Prints the device, the settings and a table (µs per dispatch, Vulkan timestamps, mean of
 --repeats); writes JSON (bench/out/backward_anatomy.json). On a device without
@@ -63,10 +64,11 @@ from bakery.nn.parameters import CoopVecReduction, ParameterStore, make_buffer  
 WIDTH = 64
 VARIANTS = ("baseline", "forward", "transposed", "copy", "relu_grad", "element_io", "chain", "chain_copy",
             "tile_trip", "tile_only")
-# name: (inputs or 0 for uv's frequency encoding, outputs, generated backward, forward only)
-NETWORKS = {"net": (0, 3, False, False), "net_forward": (0, 3, False, True), "net_generated": (0, 3, True, False),
-            "net_out64": (0, 64, True, False), "net_in64": (64, 3, True, False),
-            "net_in64_out64": (64, 64, True, False)}
+# name: (inputs or 0 for uv's frequency encoding, outputs, generated backward, forward only, row stores)
+NETWORKS = {"net": (0, 3, False, False, False), "net_forward": (0, 3, False, True, False),
+            "net_generated": (0, 3, True, False, False), "net_out64": (0, 64, True, False, False),
+            "net_in64": (64, 3, True, False, False), "net_in64_out64": (64, 64, True, False, False),
+            "net_stores": (0, 3, True, False, True)}
 
 # Per thread: a 64-vector from its index, LAYERS of the variant's operation, one element
 # kept (the sum of all would cost as much as what is measured).
@@ -238,12 +240,13 @@ void anatomy(uint3 tid: SV_DispatchThreadID, uint3 gtid: SV_GroupThreadID)
 
 
 def network_store(dev, variant: str) -> ParameterStore:
-    """The network of a ``net*`` variant in a 128-thread split-K store whose row stores
-    and sums are left out (CoopVecReduction's diagnostics)."""
-    n_in, n_out, generated, _ = NETWORKS[variant]
+    """The network of a ``net*`` variant in a 128-thread split-K store whose sums (and,
+    but for net_stores, row stores) are left out (CoopVecReduction's diagnostics)."""
+    n_in, n_out, generated, _, stores = NETWORKS[variant]
     spec = NetworkSpec(IdentityEncoding(n_in) if n_in else FrequencyEncoding(2, 3), (WIDTH,) * 3, n_out)
     return ParameterStore(dev, spec, reduction=CoopVecReduction(
-        group=128, mode="splitk", reduce="mma", staging="none", skip_sums=True, generated_backward=generated))
+        group=128, mode="splitk", reduce="mma", staging="coopvec" if stores else "none", skip_sums=True,
+        generated_backward=generated))
 
 
 def network_kernel_source(store: ParameterStore, variant: str) -> str:
@@ -300,6 +303,7 @@ def main() -> int:
         if v in NETWORKS:
             net = network_store(dev, v)
             net.upload(net.spec.init_params(0))
+            net.reserve_rows(a.threads)
             kernels[v] = (dev.kernel(network_kernel_source(net, v), "anatomy"), dict(net.network_vars(), g_sink=sink))
         else:
             bindings = {"g_weights16": store.weights16, "g_sink": sink}
