@@ -77,10 +77,11 @@ def network_source(spec: NetworkSpec, linear_args: list[str], name: str = "Netwo
 def layer_backward_source(spec: NetworkSpec, linears: list[str], grad: str) -> list[str]:
     """CoopVec backend: ``backward_layers``, the network's backward pass written out rather
     than derived by Slang's autodiff: the forward again, keeping only each layer's output
-    (every activation's derivative follows from its output), then the layers in reverse,
-    each storing its split-K rows and returning dx = W^T dz (``Linear.backward_step``: one
-    transposed matrix-vector product per sample, or the warp's cooperative-matrix tiles
-    with BK_TILE_BWD)."""
+    (every activation's derivative follows from its output, as whole-vector fp16 operations
+    whatever BK_VEC_ACT says), then the layers in reverse, each doing what its backward()
+    does (split-K row stores, or the staged per-thread sums) and returning dx = W^T dz
+    (``Linear.backward_step``: one transposed matrix-vector product per sample, or the
+    warp's cooperative-matrix tiles with BK_TILE_BWD)."""
     enc = spec.encoding.slang_type()
     acts = [activations.get(l.activation).slang for l in spec.layers]
     last = len(spec.layers)
@@ -99,5 +100,6 @@ def layer_backward_source(spec: NetworkSpec, linears: list[str], grad: str) -> l
         body.append(f"        float[{spec.n_inputs}] none = {{}};")
         body.append("        x = diffPair(x.p, none);")
     return [f"#if {GENERATED}",
-            f"    static void backward_layers(inout DifferentialPair<float[{spec.n_inputs}]> x, float[{spec.n_outputs}] dy)",
+            f"    static void backward_layers(inout DifferentialPair<float[{spec.n_inputs}]> x, "
+            f"float[{spec.n_outputs}] dy)",
             "    {", *body, "    }", "#endif", ""]

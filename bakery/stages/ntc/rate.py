@@ -97,8 +97,9 @@ def choose(width: int, height: int, channels: int, bpp: float, *, hidden: int, l
     MIN_SCALE, i.e. the fewest features (at least MIN_AUTO_FEATURES) whose grid is that
     coarse, else the coarsest-scale configuration that fits. On the H200 fewer features on
     a finer grid beat more on a coarser one at every rate measured while the grid stayed
-    at least MIN_SCALE texels per cell (2 bpp: 12 features +4.1 dB over 16; 4 bpp: 8 best,
-    +0.4 dB; 8 bpp: 12 best, +0.3 dB, 8 at 1.8 texels per cell 0.1 dB under; bench/RESULTS.md)."""
+    at least MIN_SCALE texels per cell (six 256^2 sets: 2 bpp, 8 features +5.2 dB over 16;
+    4 bpp, 8 +0.4 dB; 8 bpp, 12 +0.3 dB, where 8 at 1.8 texels per cell scored 0.2 dB
+    under 12; bench/RESULTS.md)."""
     budget = bpp * width * height
     options = []
     for f in ((features,) if features else FEATURES):
@@ -108,13 +109,13 @@ def choose(width: int, height: int, channels: int, bpp: float, *, hidden: int, l
         if p is not None:
             options.append(p)
     if not options:
-        make = lambda gw, gh: point(width, height, channels, gw, gh, features or FEATURES[0], hidden=hidden,  # noqa: E731
-                                    layers=layers, bits=bits, pe_octaves=pe_octaves, mips=mips, mode=mode)
-        finest = make(width, height)
+        finest = point(width, height, channels, width, height, features or FEATURES[0], hidden=hidden,
+                       layers=layers, bits=bits, pe_octaves=pe_octaves, mips=mips, mode=mode)
         if budget > finest.bits:
+            more = "raise features" if features and features < FEATURES[0] else "raise latent_bits"
             raise UsageError(f"bpp {bpp:g} is more than {finest.grid.features} latent features can spend on a "
                              f"{width}x{height} set (a latent grid as fine as the texture costs {finest.bpp:.2f} "
-                             f"bpp); lower bpp or raise features", key="params.bpp")
+                             f"bpp); lower bpp or {more}", key="params.bpp")
         smallest = point(width, height, channels, 1, 1, features or FEATURES[-1], hidden=hidden, layers=layers,
                          bits=bits, pe_octaves=pe_octaves, mips=mips, mode=mode)
         raise UsageError(f"bpp {bpp:g} is too low for a {width}x{height} set: the smallest configuration costs "
