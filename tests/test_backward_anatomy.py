@@ -1,13 +1,12 @@
 """bench/backward_anatomy.py's kernels type-check on any device (they run only where the
 device has cooperative vectors), so a session's first GPU call does not find a typo. The
-network variants build through the CoopVec stand-in of test_coopvec_programs.py."""
+network variants build through the CoopVec stand-in (tests/conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from bench.backward_anatomy import NETWORKS, VARIANTS, kernel_source, network_kernel_source, network_store
-from tests.test_coopvec_programs import coopvec_stand_in  # noqa: F401  (fixture)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -17,7 +16,7 @@ def test_anatomy_kernel_compiles(device, variant):
 
 
 @pytest.mark.parametrize("variant", NETWORKS)
-def test_anatomy_network_kernel_compiles(coopvec_stand_in, variant):  # noqa: F811
+def test_anatomy_network_kernel_compiles(coopvec_stand_in, variant):
     store = network_store(coopvec_stand_in, variant)
     source = network_kernel_source(store, variant)
     assert ("#define BK_GEN_BWD 1" in source) == NETWORKS[variant][2]

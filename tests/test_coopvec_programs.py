@@ -1,15 +1,12 @@
 """Every stage's training program for the CoopVec backend builds on any device: its Slang
-type-checks and links (train step, split-K sum, optimizer) with the default reduction
-of a device with cooperative matrices (the generated backward pass), with Slang's
-autodiff's and with the tile backward pass. The CPU device
-cannot run them; a device stand-in says it has cooperative vectors and matrices and lays
-matrices out as tests/test_coopvec_layout.py's fake does. So a CoopVec-only typo fails CI
-rather than a GPU call; the GPU runs them in test_coopvec.py, test_ntc.py and
-test_neural_material.py."""
+type-checks and links (train step, split-K sum, optimizer) with the default reduction of
+a device with cooperative matrices (the generated backward pass), with Slang's autodiff's
+and with the tile backward pass. The CPU device cannot run them; a device stand-in
+(tests/conftest.py) says it has cooperative vectors and matrices and lays matrices out as
+tests/test_coopvec_layout.py's fake does. So a CoopVec-only typo fails CI rather than a
+GPU call; the GPU runs them in test_coopvec.py, test_ntc.py and test_neural_material.py."""
 
 from __future__ import annotations
-
-import copy
 
 import numpy as np
 import pytest
@@ -18,32 +15,8 @@ from bakery.nn import parameters
 from bakery.nn.encodings import FrequencyEncoding
 from bakery.nn.network import NetworkSpec
 from bakery.nn.trainer import TrainConfig, Trainer
-from tests.test_coopvec_layout import _FakeSpy
 
 
-class _SpyWithFakeLayouts:
-    """The real slangpy device, except for the cooperative-vector layout calls."""
-
-    def __init__(self, spy):
-        self._spy, self._layouts = spy, _FakeSpy()
-
-    def get_coop_vec_matrix_size(self, *a, **k):
-        return self._layouts.get_coop_vec_matrix_size(*a, **k)
-
-    def convert_coop_vec_matrix(self, *a, **k):
-        return self._layouts.convert_coop_vec_matrix(*a, **k)
-
-    def __getattr__(self, name):
-        return getattr(self._spy, name)
-
-
-@pytest.fixture()
-def coopvec_stand_in(device):
-    fake = copy.copy(device)
-    fake.coopvec = fake.coopmat = True
-    fake.spy = _SpyWithFakeLayouts(device.spy)
-    fake._programs = {}
-    return fake
 
 
 def _texture(dev):
