@@ -80,8 +80,8 @@ VARIANTS = {
         tile_accumulator="half"),
     "splitk mma 128-thread, 132, unroll 2, one tile per workgroup": R(group=128, max_groups=1 << 16, mode="splitk",
                                                                      reduce="mma", reduce_groups=132, unroll=2),
-    "splitk mma 128-thread, 132, unroll 2, generated backward": R(group=128, mode="splitk", reduce="mma",
-                                                                   reduce_groups=132, unroll=2, generated_backward=True),
+    "splitk mma 128-thread, 132, unroll 2, generated backward": R(
+        group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2, generated_backward=True),
     "diag: 128-thread stores, no reduction (wrong)": R(group=128, mode="splitk", reduce="mma", skip_sums=True),
     "diag: 128-thread no stores, no reduction (wrong)": R(group=128, mode="splitk", reduce="mma", staging="none",
                                                          skip_sums=True),
