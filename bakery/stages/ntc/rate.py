@@ -61,7 +61,9 @@ def point(width, height, channels, grid_w, grid_h, features, *, hidden, layers, 
 
 
 def _best_grid(width, height, budget_bits, make) -> RatePoint | None:
-    """Largest grid (aspect of the texture) within budget, searched around the estimate."""
+    """Largest grid within budget: widths within 10% of the texture-aspect estimate, each
+    with the tallest grid that fits, so the grid's aspect can differ from the texture's
+    (87 x 108 cells for a square 256^2 set at 8 bpp with 16 features)."""
     probe = make(max(1, width // 8), max(1, height // 8))
     per_cell = max(1e-9, probe.latent_bits / max(1, probe.grid.grid_width * probe.grid.grid_height))
     cells = (budget_bits - probe.decoder_bits) / per_cell
