@@ -25,8 +25,9 @@ layers, so the cost can be pinned on one of them:
 
 and, per 2^18 threads of 128, the real thing: a generated network's bwd_diff(forward) as
 the training kernel calls it (split-K row stores compiled in but not run, as
-bench/grad_reduction.py's "no stores" diagnostics, except in net_stores), with inputs and
-loss gradients made from the thread index, to pin the rest on the network's shape:
+bench/grad_reduction.py's "no stores" diagnostics, except where stores are named), with
+inputs and loss gradients made from the thread index, to pin the rest on the network's
+shape:
 
   (no input gradients, as the texture fit)
   net             the texture fit's network, 12 (frequency encoding of uv) -> 3 x 64 -> 3
@@ -35,7 +36,11 @@ loss gradients made from the thread index, to pin the rest on the network's shap
   net_out64       the same with 64 outputs (no narrow last layer)
   net_in64        64 inputs (identity encoding), 3 outputs
   net_in64_out64  64 inputs, 64 outputs: the chain's shape
-  net_stores      net_generated storing its split-K rows (x and dy of every layer, fp16)
+  net_stores      net_generated storing its split-K rows (x and dy of every layer, fp16),
+                  one row per sample
+  net_blocks      the same rows interleaved over blocks of 32 samples (row_block 32)
+  net_copies      the same blocks, each warp copying its rows out of groupshared memory
+                  16 bytes per lane (row_copy)
 
 Prints the device, the settings and a table (µs per dispatch, Vulkan timestamps, mean of
 --repeats); writes JSON (bench/out/backward_anatomy.json). On a device without
@@ -65,11 +70,14 @@ from bakery.nn.parameters import CoopVecReduction, ParameterStore, make_buffer  
 WIDTH = 64
 VARIANTS = ("baseline", "forward", "transposed", "copy", "relu_grad", "element_io", "chain", "chain_copy",
             "tile_trip", "tile_only")
-# name: (inputs or 0 for uv's frequency encoding, outputs, generated backward, forward only, row stores)
-NETWORKS = {"net": (0, 3, False, False, False), "net_forward": (0, 3, False, True, False),
-            "net_generated": (0, 3, True, False, False), "net_out64": (0, 64, True, False, False),
-            "net_in64": (64, 3, True, False, False), "net_in64_out64": (64, 64, True, False, False),
-            "net_stores": (0, 3, True, False, True)}
+# name: (inputs or 0 for uv's frequency encoding, outputs, generated backward, forward only,
+# row stores: None, or the CoopVecReduction fields that lay them out)
+ROWS, BLOCKS, COPIES = {}, {"row_block": 32}, {"row_block": 32, "row_copy": True}
+NETWORKS = {"net": (0, 3, False, False, None), "net_forward": (0, 3, False, True, None),
+            "net_generated": (0, 3, True, False, None), "net_out64": (0, 64, True, False, None),
+            "net_in64": (64, 3, True, False, None), "net_in64_out64": (64, 64, True, False, None),
+            "net_stores": (0, 3, True, False, ROWS), "net_blocks": (0, 3, True, False, BLOCKS),
+            "net_copies": (0, 3, True, False, COPIES)}
 
 # Per thread: a 64-vector from its index, LAYERS of the variant's operation, one element
 # kept (the sum of all would cost as much as what is measured).
@@ -242,12 +250,13 @@ void anatomy(uint3 tid: SV_DispatchThreadID, uint3 gtid: SV_GroupThreadID)
 
 def network_store(dev, variant: str) -> ParameterStore:
     """The network of a ``net*`` variant in a 128-thread split-K store whose sums (and,
-    but for net_stores, row stores) are left out (CoopVecReduction's diagnostics)."""
+    but for the variants with row stores, its stores) are left out (CoopVecReduction's
+    diagnostics)."""
     n_in, n_out, generated, _, stores = NETWORKS[variant]
     spec = NetworkSpec(IdentityEncoding(n_in) if n_in else FrequencyEncoding(2, 3), (WIDTH,) * 3, n_out)
     return ParameterStore(dev, spec, input_gradients=False, reduction=CoopVecReduction(
-        group=128, mode="splitk", reduce="mma", staging="coopvec" if stores else "none", skip_sums=True,
-        generated_backward=generated))
+        group=128, mode="splitk", reduce="mma", staging="none" if stores is None else "coopvec", skip_sums=True,
+        generated_backward=generated, **(stores or {})))
 
 
 def network_kernel_source(store: ParameterStore, variant: str) -> str:

@@ -82,6 +82,48 @@ VARIANTS = {
                                                                      reduce="mma", reduce_groups=132, unroll=2),
     "splitk mma 128-thread, 132, unroll 2, generated backward": R(
         group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2, generated_backward=True),
+    "rows in blocks of 32, generated backward": R(
+        group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2, generated_backward=True, row_block=32),
+    "rows in blocks of 128, generated backward": R(
+        group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2, generated_backward=True, row_block=128),
+    "rows in blocks of 32, warp copies, generated backward": R(
+        group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2, generated_backward=True, row_block=32,
+        row_copy=True),
+    "rows in blocks of 128, warp copies, generated backward": R(
+        group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2, generated_backward=True, row_block=128,
+        row_copy=True),
+    "rows in blocks of 32, warp copies, 264 groups": R(
+        group=128, mode="splitk", reduce="mma", reduce_groups=264, unroll=2, generated_backward=True, row_block=32,
+        row_copy=True),
+    "rows in blocks of 32, warp copies, 528 groups": R(
+        group=128, mode="splitk", reduce="mma", reduce_groups=528, unroll=2, generated_backward=True, row_block=32,
+        row_copy=True),
+    "rows in blocks of 32, warp copies, unroll 4": R(
+        group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=4, generated_backward=True, row_block=32,
+        row_copy=True),
+    "rows in blocks of 32, warp copies, 264 groups, unroll 1": R(
+        group=128, mode="splitk", reduce="mma", reduce_groups=264, unroll=1, generated_backward=True, row_block=32,
+        row_copy=True),
+    "rows in blocks of 32, warp copies, 264 groups, 4 out tiles": R(
+        group=128, mode="splitk", reduce="mma", reduce_groups=264, unroll=2, generated_backward=True, row_block=32,
+        row_copy=True, out_tiles=4),
+    "rows in blocks of 32, warp copies, shared sums": R(
+        group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2, generated_backward=True, row_block=32,
+        row_copy=True, reduce_shared=True),
+    "rows in blocks of 32, warp copies, shared sums, 264 groups": R(
+        group=128, mode="splitk", reduce="mma", reduce_groups=264, unroll=2, generated_backward=True, row_block=32,
+        row_copy=True, reduce_shared=True),
+    "rows in blocks of 32, warp copies, shared sums, 66 groups": R(
+        group=128, mode="splitk", reduce="mma", reduce_groups=66, unroll=2, generated_backward=True, row_block=32,
+        row_copy=True, reduce_shared=True),
+    "rows in blocks of 32, warp copies, shared sums, 2 out tiles": R(
+        group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2, generated_backward=True, row_block=32,
+        row_copy=True, reduce_shared=True, out_tiles=2),
+    "rows in blocks of 32, warp copies, shared sums, 4 out tiles": R(
+        group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2, generated_backward=True, row_block=32,
+        row_copy=True, reduce_shared=True, out_tiles=4),
+    "diag: rows in blocks of 32, warp copies, no reduction (wrong)": R(
+        group=128, mode="splitk", reduce="mma", skip_sums=True, generated_backward=True, row_block=32, row_copy=True),
     "diag: 128-thread stores, no reduction (wrong)": R(group=128, mode="splitk", reduce="mma", skip_sums=True),
     "diag: 128-thread no stores, no reduction (wrong)": R(group=128, mode="splitk", reduce="mma", staging="none",
                                                          skip_sums=True),

@@ -152,6 +152,12 @@ def test_tile_backward_refuses_what_it_cannot_run():
         CoopVecReduction(backward="tiles")
     with pytest.raises(ValueError, match="with backward 'mma'"):
         CoopVecReduction(mode="splitk", reduce="mma", tile_accumulator="half")  # no tile pass to use it
+    with pytest.raises(ValueError, match="row_block 24"):
+        CoopVecReduction(group=128, mode="splitk", reduce="mma", row_block=24)  # not whole 16-sample tiles
+    with pytest.raises(ValueError, match="row_block 128"):
+        CoopVecReduction(group=64, mode="splitk", row_block=128)  # blocks larger than a workgroup's tile
+    with pytest.raises(ValueError, match="row_copy"):
+        CoopVecReduction(group=128, mode="splitk", row_block=16, row_copy=True)  # a warp's copy spans blocks
     wide = NetworkSpec(FrequencyEncoding(2, 3), (128,), 3)
     with pytest.raises(ValueError, match="128-wide rows"):
         ParameterStore(_FakeDevice(), wide, reduction=CoopVecReduction(mode="splitk", reduce="mma", backward="mma"))

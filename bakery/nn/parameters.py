@@ -63,6 +63,14 @@ class CoopVecReduction:
     (the forward again keeping layer outputs, then the layers in reverse) rather than as
     Slang's autodiff derives it (the tile backward pass is always generated); its
     activation derivatives are fp16 vector operations even with vector_activations off.
+    ``row_block``: split-K's stored rows interleaved over blocks of this many samples: each
+    layer's x (then dy) of the block's samples lie together, so that consecutive samples'
+    stores land side by side (1: one whole row per sample; above 1: a multiple of 16 with
+    reduce "mma", and dividing ``group``); ``row_copy``: each warp stages its samples' rows
+    in groupshared memory and copies them out 16 bytes per lane, whole cache lines at a
+    time, rather than each thread storing its own vectors (needs ``row_block`` a multiple
+    of 32 for the copies to cover whole lines); ``reduce_shared``: the "mma" sum copies
+    its rows into groupshared memory, 64 samples a round, before loading tiles there.
     ``staging`` "none" and ``skip_sums`` leave
     out the staging and the per-thread sums (wrong gradients; in split-K mode, the row
     stores and the reduction dispatch): bench/grad_reduction.py times the parts with them.
@@ -83,6 +91,9 @@ class CoopVecReduction:
     backward: str = "coopvec"
     tile_accumulator: str = "float"
     generated_backward: bool = False
+    row_block: int = 1
+    row_copy: bool = False
+    reduce_shared: bool = False
 
     @property
     def chunked(self) -> bool:
@@ -109,6 +120,14 @@ class CoopVecReduction:
         if self.tile_accumulator not in ("float", "half") or (self.tile_accumulator != "float"
                                                                  and self.backward != "mma"):
             raise ValueError(f"tile accumulator {self.tile_accumulator!r}: 'float', or 'half' with backward 'mma'")
+        if self.row_block < 1 or self.group % self.row_block or (
+                self.row_block > 1 and self.reduce == "mma" and self.row_block % 16):
+            raise ValueError(f"row_block {self.row_block}: divides group {self.group}, and with reduce 'mma' is 1 "
+                             "or a multiple of 16")
+        if self.reduce_shared and self.reduce != "mma":
+            raise ValueError("reduce_shared needs reduce 'mma'")
+        if self.row_copy and (self.mode != "splitk" or self.row_block % 32):
+            raise ValueError("row_copy needs mode 'splitk' and a row_block that is a multiple of 32")
 
     @property
     def split_k_groups(self) -> int:
@@ -142,7 +161,7 @@ def default_reduction(device, spec) -> CoopVecReduction:
     if getattr(device, "coopmat", False):
         narrow = all(l.n_out <= 64 for l in spec.layers)
         return CoopVecReduction(group=128 if narrow else 256, mode="splitk", reduce="mma", reduce_groups=132,
-                                unroll=2, generated_backward=True)
+                                unroll=2, generated_backward=True, row_block=32, row_copy=True)
     return CoopVecReduction()
 
 
@@ -264,6 +283,7 @@ class ParameterStore:
         spec, red = self.spec, self.reduction
         weight_pos = np.zeros(spec.param_count, np.uint32)
         w16 = acc = row = 0
+        self.row_slots = []  # (byte offset in a logical row, bytes): every layer's x, then its dy
         layout = []  # per layer: Linear's template arguments after I, O
         for k, l in enumerate(spec.layers):
             if l.n_out > red.group:
@@ -278,6 +298,7 @@ class ParameterStore:
             pad = red.row_align
             xo, do = row, row + 2 * _align(l.n_in, pad)  # this layer's x and dy in a g_acts row
             row = do + 2 * _align(l.n_out, pad)
+            self.row_slots += [(xo, 2 * _align(l.n_in, pad)), (do, 2 * _align(l.n_out, pad))]
             layout.append([wo, bo, l.weight_offset, l.bias_offset, acc, dx, xo, do, wo, 0])
             acc += _inputs_per_thread(l.n_in, l.n_out, red.group, red.chunked) + 1  # and the bias
         # Weight copies (transposed for transposed_copy, row-major for the "mma" backward pass)
@@ -342,6 +363,19 @@ class ParameterStore:
         if self.coopvec and self.reduction.mode == "splitk" and self.acts.size < rows * self.row_bytes:
             self.acts = make_buffer(self.device, np.zeros(rows * self.row_bytes, np.uint8))
 
+    def device_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Split-K rows (one logical row of ``row_bytes`` per sample, as bytes or halfs) in
+        the order g_acts holds them (CoopVecReduction.row_block; bk_act_address)."""
+        flat = np.ascontiguousarray(rows).view(np.uint8).reshape(len(rows), self.row_bytes)
+        b = self.reduction.row_block
+        if b == 1:
+            return flat.copy()
+        out = np.zeros((-(-len(rows) // b) * b, self.row_bytes), np.uint8)
+        out[:len(rows)] = flat
+        blocks = out.reshape(-1, b, self.row_bytes)
+        return np.concatenate([blocks[:, :, o:o + w].reshape(len(blocks), -1) for o, w in self.row_slots],
+                              axis=1).reshape(-1, self.row_bytes)
+
     def reset_loss_scale(self, norm: float, scale: float = LOSS_SCALE_INIT) -> None:
         """Starts dynamic loss scaling; ``norm`` is 1 / the objective's grad_scale."""
         self.loss_norm = float(norm)
@@ -399,7 +433,10 @@ class ParameterStore:
             ("BK_TRANSPOSED_COPY", int(red.transposed_copy)),
             ("BK_GEN_BWD", int(red.generated_backward)),
             ("BK_TILE_BWD", int(red.backward == "mma")), ("BK_TB_WIDTH", self.tile_width),
-            ("BK_TB_HALF_ACC", int(red.tile_accumulator == "half"))))
+            ("BK_TB_HALF_ACC", int(red.tile_accumulator == "half")),
+            ("BK_ROW_ALIGN", red.row_align), ("BK_ACTS_BLOCK", red.row_block), ("BK_ACTS_COPY", int(red.row_copy)),
+            ("BK_REDUCE_SHARED", int(red.reduce_shared)),
+            ("BK_ACTS_ROWQ", max(w for _, w in self.row_slots) // 16 | 1)))
 
     def network_vars(self) -> dict:
         """Bindings the network's forward/backward pass reads and accumulates into."""
