@@ -107,21 +107,6 @@ VARIANTS = {
     "rows in blocks of 32, warp copies, 264 groups, 4 out tiles": R(
         group=128, mode="splitk", reduce="mma", reduce_groups=264, unroll=2, generated_backward=True, row_block=32,
         row_copy=True, out_tiles=4),
-    "rows in blocks of 32, warp copies, shared sums": R(
-        group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2, generated_backward=True, row_block=32,
-        row_copy=True, reduce_shared=True),
-    "rows in blocks of 32, warp copies, shared sums, 264 groups": R(
-        group=128, mode="splitk", reduce="mma", reduce_groups=264, unroll=2, generated_backward=True, row_block=32,
-        row_copy=True, reduce_shared=True),
-    "rows in blocks of 32, warp copies, shared sums, 66 groups": R(
-        group=128, mode="splitk", reduce="mma", reduce_groups=66, unroll=2, generated_backward=True, row_block=32,
-        row_copy=True, reduce_shared=True),
-    "rows in blocks of 32, warp copies, shared sums, 2 out tiles": R(
-        group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2, generated_backward=True, row_block=32,
-        row_copy=True, reduce_shared=True, out_tiles=2),
-    "rows in blocks of 32, warp copies, shared sums, 4 out tiles": R(
-        group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2, generated_backward=True, row_block=32,
-        row_copy=True, reduce_shared=True, out_tiles=4),
     "diag: rows in blocks of 32, warp copies, no reduction (wrong)": R(
         group=128, mode="splitk", reduce="mma", skip_sums=True, generated_backward=True, row_block=32, row_copy=True),
     "diag: 128-thread stores, no reduction (wrong)": R(group=128, mode="splitk", reduce="mma", skip_sums=True),

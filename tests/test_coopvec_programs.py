@@ -45,19 +45,17 @@ def _material(dev):
                                                                  directions="frame")
 
 
-@pytest.mark.parametrize("backward", ["default", "autodiff", "mma", "thread-stores", "shared-sums"])
+@pytest.mark.parametrize("backward", ["default", "autodiff", "mma", "thread-stores"])
 @pytest.mark.parametrize("job", [_texture, _ntc, _material], ids=["neural_texture", "ntc", "neural_material"])
 def test_training_program_builds_for_coopvec(coopvec_stand_in, job, backward, monkeypatch):
     if backward != "default":
         monkeypatch.setattr(parameters, "COOPVEC_REDUCTION", parameters.CoopVecReduction(
             group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2,
             backward="mma" if backward == "mma" else "coopvec",
-            **({"generated_backward": True} if backward == "thread-stores" else {}),
-            **({"generated_backward": True, "row_block": 32, "row_copy": True, "reduce_shared": True}
-               if backward == "shared-sums" else {})))
+            **({"generated_backward": True} if backward == "thread-stores" else {})))
     spec, objective = job(coopvec_stand_in)
     trainer = Trainer(coopvec_stand_in, spec, objective, TrainConfig(steps=1, batch=1024))
     assert trainer.store.coopvec and trainer._reduce is not None  # split-K: its sum kernel built too
     assert ("#define BK_TILE_BWD 1" in trainer.source) == (backward == "mma")
-    assert ("#define BK_GEN_BWD 1" in trainer.source) == (backward in ("default", "thread-stores", "shared-sums"))
-    assert ("#define BK_ACTS_COPY 1" in trainer.source) == (backward in ("default", "shared-sums"))
+    assert ("#define BK_GEN_BWD 1" in trainer.source) == (backward in ("default", "thread-stores"))
+    assert ("#define BK_ACTS_COPY 1" in trainer.source) == (backward == "default")

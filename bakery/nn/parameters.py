@@ -69,8 +69,7 @@ class CoopVecReduction:
     reduce "mma", and dividing ``group``); ``row_copy``: each warp stages its samples' rows
     in groupshared memory and copies them out 16 bytes per lane, whole cache lines at a
     time, rather than each thread storing its own vectors (needs ``row_block`` a multiple
-    of 32 for the copies to cover whole lines); ``reduce_shared``: the "mma" sum copies
-    its rows into groupshared memory, 64 samples a round, before loading tiles there.
+    of 32 for the copies to cover whole lines).
     ``staging`` "none" and ``skip_sums`` leave
     out the staging and the per-thread sums (wrong gradients; in split-K mode, the row
     stores and the reduction dispatch): bench/grad_reduction.py times the parts with them.
@@ -93,7 +92,6 @@ class CoopVecReduction:
     generated_backward: bool = False
     row_block: int = 1
     row_copy: bool = False
-    reduce_shared: bool = False
 
     @property
     def chunked(self) -> bool:
@@ -124,8 +122,6 @@ class CoopVecReduction:
                 self.row_block > 1 and self.reduce == "mma" and self.row_block % 16):
             raise ValueError(f"row_block {self.row_block}: divides group {self.group}, and with reduce 'mma' is 1 "
                              "or a multiple of 16")
-        if self.reduce_shared and self.reduce != "mma":
-            raise ValueError("reduce_shared needs reduce 'mma'")
         if self.row_copy and (self.mode != "splitk" or self.row_block % 32):
             raise ValueError("row_copy needs mode 'splitk' and a row_block that is a multiple of 32")
 
@@ -157,7 +153,10 @@ def default_reduction(device, spec) -> CoopVecReduction:
     backward pass stays per-sample CoopVec (as cooperative-matrix tiles it measured slower),
     written out by nn/codegen.py rather than derived by Slang's autodiff: the texture fit's
     training kernel took 319.5 against 323.1 and 310.4 against 315.1 µs in two calls, with
-    the same gradients (measured on the 64-wide network; wider ones take it unmeasured)."""
+    the same gradients (measured on the 64-wide network; wider ones take it unmeasured).
+    Its split-K rows lie in blocks of 32 samples, each warp copying them out whole lines at
+    a time: that kernel took 156.5 against 320.7 µs with rows stored per thread (same call,
+    same gradients; blocks alone 253.4, blocks of 128 with copies 157.0)."""
     if getattr(device, "coopmat", False):
         narrow = all(l.n_out <= 64 for l in spec.layers)
         return CoopVecReduction(group=128 if narrow else 256, mode="splitk", reduce="mma", reduce_groups=132,
@@ -435,7 +434,6 @@ class ParameterStore:
             ("BK_TILE_BWD", int(red.backward == "mma")), ("BK_TB_WIDTH", self.tile_width),
             ("BK_TB_HALF_ACC", int(red.tile_accumulator == "half")),
             ("BK_ROW_ALIGN", red.row_align), ("BK_ACTS_BLOCK", red.row_block), ("BK_ACTS_COPY", int(red.row_copy)),
-            ("BK_REDUCE_SHARED", int(red.reduce_shared)),
             ("BK_ACTS_ROWQ", max(w for _, w in self.row_slots) // 16 | 1)))
 
     def network_vars(self) -> dict:
