@@ -42,9 +42,11 @@ shape:
   net_copies      the same blocks, each warp copying its rows out of groupshared memory
                   16 bytes per lane (row_copy)
 
-Prints the device, the settings and a table (µs per dispatch, Vulkan timestamps, mean of
---repeats); writes JSON (bench/out/backward_anatomy.json). On a device without
-cooperative vectors it only compiles the kernels (a check that they type-check).
+Each variant's timed dispatches follow a second of the same dispatches (the GPU clock
+up: bench/clocks.py). Prints the device, the settings and a table (µs per dispatch,
+Vulkan timestamps, mean of --repeats); writes JSON (bench/out/backward_anatomy.json). On
+a device without cooperative vectors it only compiles the kernels (a check that they
+type-check).
 
     python3 bench/backward_anatomy.py [--device vulkan] [--threads 262144] [--repeats 20]
 """
@@ -66,6 +68,7 @@ from bakery.nn.codegen import network_source  # noqa: E402
 from bakery.nn.encodings import FrequencyEncoding, IdentityEncoding  # noqa: E402
 from bakery.nn.network import NetworkSpec  # noqa: E402
 from bakery.nn.parameters import CoopVecReduction, ParameterStore, make_buffer  # noqa: E402
+from bench.clocks import keep_busy  # noqa: E402
 
 WIDTH = 64
 VARIANTS = ("baseline", "forward", "transposed", "copy", "relu_grad", "element_io", "chain", "chain_copy",
@@ -326,7 +329,8 @@ def main() -> int:
     for rnd in range(a.rounds):
         for v in chosen:
             kernel, bindings = kernels[v]
-            dev.submit(lambda enc: kernel.dispatch([a.threads, 1, 1], vars=bindings, command_encoder=enc))  # warm-up
+            keep_busy(lambda: (dev.submit(lambda enc: kernel.dispatch([a.threads, 1, 1], vars=bindings,
+                                                                      command_encoder=enc)), dev.wait()))
 
             def record(enc):
                 for r in range(a.repeats):
