@@ -152,12 +152,20 @@ def test_tile_backward_refuses_what_it_cannot_run():
         CoopVecReduction(backward="tiles")
     with pytest.raises(ValueError, match="with backward 'mma'"):
         CoopVecReduction(mode="splitk", reduce="mma", tile_accumulator="half")  # no tile pass to use it
-    with pytest.raises(ValueError, match="row_block 24"):
-        CoopVecReduction(group=128, mode="splitk", reduce="mma", row_block=24)  # not whole 16-sample tiles
+    with pytest.raises(ValueError, match="row_block 8"):
+        CoopVecReduction(group=128, mode="splitk", reduce="mma", row_block=8)  # not whole 16-sample tiles
+    with pytest.raises(ValueError, match="only split-K"):
+        CoopVecReduction(group=128, row_block=32)  # slices store no rows
     with pytest.raises(ValueError, match="row_block 128"):
         CoopVecReduction(group=64, mode="splitk", row_block=128)  # blocks larger than a workgroup's tile
     with pytest.raises(ValueError, match="row_copy"):
-        CoopVecReduction(group=128, mode="splitk", row_block=16, row_copy=True)  # a warp's copy spans blocks
+        CoopVecReduction(group=128, mode="splitk", row_block=16, row_copy=True)  # copies of part lines
+    with pytest.raises(ValueError, match="backward 'mma'"):
+        CoopVecReduction(group=128, mode="splitk", reduce="mma", backward="mma", row_block=32, row_copy=True)
+    wide_rows = NetworkSpec(FrequencyEncoding(2, 3), (128,), 3)
+    with pytest.raises(ValueError, match="row_copy: 256 threads"):
+        ParameterStore(_FakeDevice(), wide_rows, reduction=CoopVecReduction(
+            group=256, mode="splitk", reduce="mma", row_block=32, row_copy=True))
     wide = NetworkSpec(FrequencyEncoding(2, 3), (128,), 3)
     with pytest.raises(ValueError, match="128-wide rows"):
         ParameterStore(_FakeDevice(), wide, reduction=CoopVecReduction(mode="splitk", reduce="mma", backward="mma"))
@@ -203,8 +211,9 @@ def test_every_weight_has_one_accumulating_thread(group, staging, mode):
 
 def test_default_reduction_takes_128_threads_for_the_widths_measured():
     """Split-K on cooperative matrices with 128-thread workgroups up to 64-wide layers (the
-    widths benchmarked), 256 beyond, and the generated backward pass; per-workgroup slices
-    without cooperative matrices."""
+    widths benchmarked), 256 beyond, the generated backward pass and blocked rows (warp
+    copies where their groupshared rows fit); per-workgroup slices without cooperative
+    matrices."""
     from bakery.nn.parameters import default_reduction
 
     class _CoopMat(_FakeDevice):
@@ -217,4 +226,8 @@ def test_default_reduction_takes_128_threads_for_the_widths_measured():
     assert ParameterStore(_CoopMat(), wide).reduction.group == 256
     assert default_reduction(_CoopMat(), narrow).reduce == "mma"
     assert default_reduction(_CoopMat(), narrow).generated_backward
+    # Rows in blocks of 32 everywhere; copied per warp where the copies' rows fit.
+    for net, copies in ((narrow, True), (wide, False)):
+        red = default_reduction(_CoopMat(), net)
+        assert (red.row_block, red.row_copy) == (32, copies)
     assert default_reduction(_FakeDevice(), narrow).mode == "slices"

@@ -100,6 +100,7 @@ def test_input_gradients_match_numpy(device, backward):
         generated_backward=backward == "generated")
     store = ParameterStore(device, spec, reduction=generated)
     store.upload(params)
+    store.reserve_rows(n)
     src = (store.defines() + '#include "nn/mlp.slang"\n' + network_source(spec, store.linear_args) + """
 #include "nn/losses.slang"
 StructuredBuffer<float> g_x; StructuredBuffer<float> g_t; RWStructuredBuffer<float> g_dx;
@@ -110,6 +111,7 @@ StructuredBuffer<float> g_x; StructuredBuffer<float> g_t; RWStructuredBuffer<flo
 [shader("compute")][numthreads(BK_GROUP, 1, 1)]
 void input_grad(uint3 tid: SV_DispatchThreadID, uint3 gtid: SV_GroupThreadID, uniform uint n, uniform float scale) {
     bk_train_begin(gtid.x);
+    bk_train_sample(tid.x);  // split-K stores its rows (and warp copies find their block) by sample
     uint i = min(tid.x, n - 1);
     float[2] x = { g_x[2 * i], g_x[2 * i + 1] };
     float[3] t = { g_t[3 * i], g_t[3 * i + 1], g_t[3 * i + 2] };

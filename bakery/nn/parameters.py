@@ -21,6 +21,9 @@ from bakery.nn.network import NetworkSpec
 #: Groupshared bytes the "mma" backward pass may take for its rows (BK_TB_ROW halfs per
 #: thread), leaving room for the objective's own under the 48 KiB NVIDIA's Vulkan driver offers.
 TILE_BACKWARD_SHARED_BYTES = 32768
+#: Groupshared bytes the warp copies of split-K rows may take (row_copy): NVIDIA's Vulkan
+#: driver offers 48 KiB a workgroup, and the objectives keep some for themselves.
+ROW_COPY_SHARED_BYTES = 24576
 
 #: Units of the portable gradient accumulator (see bakery/nn/mlp_portable.slang).
 FIXED_POINT_SCALE = float(2 ** 40)
@@ -122,8 +125,14 @@ class CoopVecReduction:
                 self.row_block > 1 and self.reduce == "mma" and self.row_block % 16):
             raise ValueError(f"row_block {self.row_block}: divides group {self.group}, and with reduce 'mma' is 1 "
                              "or a multiple of 16")
+        if self.row_block > 1 and self.mode != "splitk":
+            raise ValueError(f"row_block {self.row_block}: only split-K stores rows (mode 'splitk')")
         if self.row_copy and (self.mode != "splitk" or self.row_block % 32):
-            raise ValueError("row_copy needs mode 'splitk' and a row_block that is a multiple of 32")
+            raise ValueError("row_copy needs mode 'splitk' and a row_block that is a multiple of 32 "
+                             "(a warp's copies then write whole lines)")
+        if self.row_copy and self.backward == "mma":
+            raise ValueError("row_copy with backward 'mma': their groupshared rows together exceed the "
+                             "driver's 48 KiB at the widths measured")
 
     @property
     def split_k_groups(self) -> int:
@@ -156,11 +165,14 @@ def default_reduction(device, spec) -> CoopVecReduction:
     the same gradients (measured on the 64-wide network; wider ones take it unmeasured).
     Its split-K rows lie in blocks of 32 samples, each warp copying them out whole lines at
     a time: that kernel took 156.5 against 320.7 µs with rows stored per thread (same call,
-    same gradients; blocks alone 253.4, blocks of 128 with copies 157.0)."""
+    same gradients; blocks alone 253.4, blocks of 128 with copies 157.0), where the copies'
+    groupshared rows fit (row_copy_bytes: up to 64-wide layers at 128 threads)."""
     if getattr(device, "coopmat", False):
         narrow = all(l.n_out <= 64 for l in spec.layers)
-        return CoopVecReduction(group=128 if narrow else 256, mode="splitk", reduce="mma", reduce_groups=132,
-                                unroll=2, generated_backward=True, row_block=32, row_copy=True)
+        group = 128 if narrow else 256
+        return CoopVecReduction(group=group, mode="splitk", reduce="mma", reduce_groups=132, unroll=2,
+                                generated_backward=True, row_block=32,
+                                row_copy=row_copy_bytes(spec, group) <= ROW_COPY_SHARED_BYTES)
     return CoopVecReduction()
 
 
@@ -180,6 +192,13 @@ def use_reduction(spec: str) -> CoopVecReduction:
 LOSS_SCALE_INIT = 1024.0
 LOSS_SCALE_MAX = 65536.0
 LOSS_SCALE_INTERVAL = 200
+
+
+def row_copy_bytes(spec, group: int) -> int:
+    """Groupshared bytes of row_copy's staging rows (bk_act_rows): one row per thread of
+    the widest layer side, in 16-byte groups, an odd count (BK_ACTS_ROWQ)."""
+    widest = max(max(_align(l.n_in, 16), _align(l.n_out, 16)) for l in spec.layers)
+    return group * (widest * 2 // 16 | 1) * 16
 
 
 def _align(n: int, a: int) -> int:
@@ -329,6 +348,11 @@ class ParameterStore:
             raise ValueError(f"backward 'mma': {red.group} threads x {self.tile_width}-wide rows take {shared} "
                              f"bytes of groupshared memory (at most {TILE_BACKWARD_SHARED_BYTES}); "
                              "use a smaller workgroup")
+        copy_bytes = row_copy_bytes(spec, red.group)
+        if red.row_copy and copy_bytes > ROW_COPY_SHARED_BYTES:
+            raise ValueError(f"row_copy: {red.group} threads x rows of the widest layer take {copy_bytes} bytes "
+                             f"of groupshared memory (at most {ROW_COPY_SHARED_BYTES}); use row_copy=False "
+                             "or a smaller workgroup")
         self.linear_args = [", ".join(str(v) for v in args) for args in layout]
         self.acc_count = acc
         self.row_bytes = row
