@@ -20,6 +20,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,10 @@ from bench.train_texture import float_psnr, procedural_target  # noqa: E402
 from tests.reference import batch_texels, mse_gradients, texel_uv  # noqa: E402
 
 R = parameters.CoopVecReduction
+# The 128-thread split-K default with the generated backward pass, rows one per sample;
+# and with rows in blocks of 32 samples copied out per warp (the default since).
+GENERATED = R(group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2, generated_backward=True)
+BLOCKS = replace(GENERATED, row_block=32, row_copy=True)
 VARIANTS = {
     "slices-256x264 (no cooperative matrices)": R(),
     "atomic-256x264": R(mode="atomic"),
@@ -81,33 +86,16 @@ VARIANTS = {
         tile_accumulator="half"),
     "splitk mma 128-thread, 132, unroll 2, one tile per workgroup": R(group=128, max_groups=1 << 16, mode="splitk",
                                                                      reduce="mma", reduce_groups=132, unroll=2),
-    "splitk mma 128-thread, 132, unroll 2, generated backward": R(
-        group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2, generated_backward=True),
-    "rows in blocks of 32, generated backward": R(
-        group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2, generated_backward=True, row_block=32),
-    "rows in blocks of 128, generated backward": R(
-        group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2, generated_backward=True, row_block=128),
-    "rows in blocks of 32, warp copies, generated backward": R(
-        group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2, generated_backward=True, row_block=32,
-        row_copy=True),
-    "rows in blocks of 128, warp copies, generated backward": R(
-        group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2, generated_backward=True, row_block=128,
-        row_copy=True),
-    "rows in blocks of 32, warp copies, 264 groups": R(
-        group=128, mode="splitk", reduce="mma", reduce_groups=264, unroll=2, generated_backward=True, row_block=32,
-        row_copy=True),
-    "rows in blocks of 32, warp copies, 528 groups": R(
-        group=128, mode="splitk", reduce="mma", reduce_groups=528, unroll=2, generated_backward=True, row_block=32,
-        row_copy=True),
-    "rows in blocks of 32, warp copies, unroll 4": R(
-        group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=4, generated_backward=True, row_block=32,
-        row_copy=True),
-    "rows in blocks of 32, warp copies, 264 groups, unroll 1": R(
-        group=128, mode="splitk", reduce="mma", reduce_groups=264, unroll=1, generated_backward=True, row_block=32,
-        row_copy=True),
-    "rows in blocks of 32, warp copies, 264 groups, 4 out tiles": R(
-        group=128, mode="splitk", reduce="mma", reduce_groups=264, unroll=2, generated_backward=True, row_block=32,
-        row_copy=True, out_tiles=4),
+    "splitk mma 128-thread, 132, unroll 2, generated backward": GENERATED,
+    "rows in blocks of 32, generated backward": replace(GENERATED, row_block=32),
+    "rows in blocks of 128, generated backward": replace(GENERATED, row_block=128),
+    "rows in blocks of 32, warp copies, generated backward": BLOCKS,
+    "rows in blocks of 128, warp copies, generated backward": replace(BLOCKS, row_block=128),
+    "rows in blocks of 32, warp copies, 264 groups": replace(BLOCKS, reduce_groups=264),
+    "rows in blocks of 32, warp copies, 528 groups": replace(BLOCKS, reduce_groups=528),
+    "rows in blocks of 32, warp copies, unroll 4": replace(BLOCKS, unroll=4),
+    "rows in blocks of 32, warp copies, 264 groups, unroll 1": replace(BLOCKS, reduce_groups=264, unroll=1),
+    "rows in blocks of 32, warp copies, 264 groups, 4 out tiles": replace(BLOCKS, reduce_groups=264, out_tiles=4),
     "diag: rows in blocks of 32, warp copies, no reduction (wrong)": R(
         group=128, mode="splitk", reduce="mma", skip_sums=True, generated_backward=True, row_block=32, row_copy=True),
     "diag: 128-thread stores, no reduction (wrong)": R(group=128, mode="splitk", reduce="mma", skip_sums=True),

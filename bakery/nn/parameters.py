@@ -194,11 +194,17 @@ LOSS_SCALE_MAX = 65536.0
 LOSS_SCALE_INTERVAL = 200
 
 
-def row_copy_bytes(spec, group: int) -> int:
+def _copy_row_groups(slot_bytes: int) -> int:
+    """16-byte groups of one row_copy staging row for slots up to ``slot_bytes``: an odd
+    count, so neighbouring rows start in different banks (BK_ACTS_ROWQ)."""
+    return slot_bytes // 16 | 1
+
+
+def row_copy_bytes(spec, group: int, align: int = 16) -> int:
     """Groupshared bytes of row_copy's staging rows (bk_act_rows): one row per thread of
-    the widest layer side, in 16-byte groups, an odd count (BK_ACTS_ROWQ)."""
-    widest = max(max(_align(l.n_in, 16), _align(l.n_out, 16)) for l in spec.layers)
-    return group * (widest * 2 // 16 | 1) * 16
+    the widest layer side, its slots padded to ``align`` halfs (CoopVecReduction.row_align)."""
+    widest = max(max(_align(l.n_in, align), _align(l.n_out, align)) for l in spec.layers)
+    return group * _copy_row_groups(2 * widest) * 16
 
 
 def _align(n: int, a: int) -> int:
@@ -348,7 +354,7 @@ class ParameterStore:
             raise ValueError(f"backward 'mma': {red.group} threads x {self.tile_width}-wide rows take {shared} "
                              f"bytes of groupshared memory (at most {TILE_BACKWARD_SHARED_BYTES}); "
                              "use a smaller workgroup")
-        copy_bytes = row_copy_bytes(spec, red.group)
+        copy_bytes = row_copy_bytes(spec, red.group, red.row_align)
         if red.row_copy and copy_bytes > ROW_COPY_SHARED_BYTES:
             raise ValueError(f"row_copy: {red.group} threads x rows of the widest layer take {copy_bytes} bytes "
                              f"of groupshared memory (at most {ROW_COPY_SHARED_BYTES}); use row_copy=False "
@@ -458,7 +464,7 @@ class ParameterStore:
             ("BK_TILE_BWD", int(red.backward == "mma")), ("BK_TB_WIDTH", self.tile_width),
             ("BK_TB_HALF_ACC", int(red.tile_accumulator == "half")),
             ("BK_ROW_ALIGN", red.row_align), ("BK_ACTS_BLOCK", red.row_block), ("BK_ACTS_COPY", int(red.row_copy)),
-            ("BK_ACTS_ROWQ", max(w for _, w in self.row_slots) // 16 | 1)))
+            ("BK_ACTS_ROWQ", _copy_row_groups(max(w for _, w in self.row_slots)))))
 
     def network_vars(self) -> dict:
         """Bindings the network's forward/backward pass reads and accumulates into."""
