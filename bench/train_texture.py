@@ -6,8 +6,11 @@ MSE, Adam (lr 5e-3), 1024^2 procedural target, at each batch of --batches (defau
 GPU kept busy by decodes for a second between them: bench/clocks.py); PSNR is over
 the whole image after equal steps. The peer (PyTorch, torch_peer.py) runs in each of its
 modes (fp32 eager, torch.compile, bf16 autocast) and bakery is compared against the
-fastest of them at each batch. Prints the device, the settings and a table per batch;
-writes JSON (bench/out/train_texture.json).
+fastest of them at each batch. ``--seeds N`` runs every side N times (seeds 0..N-1; the
+peer's torch.manual_seed replaced by each), since the final PSNR of one constant-rate Adam
+fit moves by a dB or more between seeds: the table then gives the median ms/step and the
+PSNR of the mean squared error over the seeds, with the lowest and highest run. Prints the
+device, the settings and a table per batch; writes JSON (bench/out/train_texture.json).
 
     python3 bench/train_texture.py [--device vulkan] [--steps 1000] [--peer .device/torch_peer.py]
     python3 bench/train_texture.py --device software --small     (CPU smoke test, no peer)
@@ -58,19 +61,31 @@ def float_psnr(pred: np.ndarray, target: np.ndarray) -> float:
 PEER_MODES = {"eager": [], "compile": ["--compile"], "amp": ["--amp"]}
 
 
-def run_bakery(a, target: np.ndarray) -> dict:
+# Runs the peer with its torch.manual_seed(0) replaced by another seed, nothing else changed.
+PEER_WITH_SEED = ("import runpy, sys, torch; seed = int(sys.argv[1]); manual_seed = torch.manual_seed; "
+                  "torch.manual_seed = lambda _: manual_seed(seed); sys.argv = sys.argv[2:]; "
+                  "runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
+def run_bakery(a, target: np.ndarray, seed: int = 0) -> dict:
     t_start = time.perf_counter()
     dev = open_device(a.device, portable=a.portable)
     spec = NetworkSpec(FrequencyEncoding(2, a.octaves), (a.width,) * a.layers, 3)
     obj = TextureFit(dev, target)
-    cfg = TrainConfig(steps=WARMUP + a.steps, batch=a.batch, optimizer=Adam(lr=a.lr), seed=0,
+    cfg = TrainConfig(steps=WARMUP + a.steps, batch=a.batch, optimizer=Adam(lr=a.lr), seed=seed,
                       steps_per_submit=a.steps_per_submit)
     tr = Trainer(dev, spec, obj, cfg)
     tr.train(WARMUP)
     if dev.coopvec:
         keep_busy(lambda: obj.decode(tr))  # the clock up again after the compile (bench/clocks.py)
     t0 = time.perf_counter()
-    tr.train()
+    trace = []
+    if a.trace:  # PSNR every --trace steps (untimed: the decodes sit between the steps)
+        while tr.step < cfg.steps:
+            tr.train(a.trace)
+            trace.append([tr.step, round(float_psnr(obj.decode(tr), target), 3)])
+    else:
+        tr.train()
     dt = (time.perf_counter() - t0) / a.steps
     pred = obj.decode(tr)
     t_dec = time.perf_counter()
@@ -79,27 +94,41 @@ def run_bakery(a, target: np.ndarray) -> dict:
     decode_ms = (time.perf_counter() - t_dec) / 5 * 1e3
     extra = {"loss_scale_end": tr.store.loss_scale(), "reduction": tr.store.reduction.__dict__} if dev.coopvec else {}
     return {"impl": "bakery" + ("" if dev.coopvec else " (portable)"), "device": dev.info.to_dict(),
-            "batch": a.batch, "steps": a.steps + WARMUP, **extra,
+            "batch": a.batch, "steps": a.steps + WARMUP, "seed": seed, **extra,
             "ms_per_step": round(dt * 1e3, 4), "samples_per_s": round(a.batch / dt),
             "psnr_db": round(float_psnr(pred, target), 3), "decode_ms_full_image": round(decode_ms, 3),
+            **({"psnr_trace": trace} if trace else {}),
             "wall_s": round(time.perf_counter() - t_start, 3)}
 
 
-def run_peer(a, image_path: Path, mode: str) -> dict | None:
+def run_peer(a, image_path: Path, mode: str, seed: int = 0) -> dict | None:
     peer = Path(a.peer)
     if not peer.is_file():
         print(f"peer not found at {peer}; skipping it", file=sys.stderr)
         return None
-    cmd = [sys.executable, str(peer), "--image", str(image_path), "--batch", str(a.batch), "--steps",
-           str(a.steps), "--width", str(a.width), "--layers", str(a.layers), "--octaves", str(a.octaves),
-           "--lr", str(a.lr), *PEER_MODES[mode]]
+    cmd = [sys.executable, *(["-c", PEER_WITH_SEED, str(seed)] if seed else []), str(peer), "--image",
+           str(image_path), "--batch", str(a.batch), "--steps", str(a.steps), "--width", str(a.width),
+           "--layers", str(a.layers), "--octaves", str(a.octaves), "--lr", str(a.lr), *PEER_MODES[mode]]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         print(f"peer ({mode}) failed:", out.stderr[-2000:], file=sys.stderr)
         return None
     row = json.loads(out.stdout.strip().splitlines()[-1])
     row["impl"] = f"pytorch {mode}"
+    row["seed"] = seed
     return row
+
+
+def over_seeds(runs: list[dict]) -> dict:
+    """One side's runs over the seeds: median time, PSNR of the mean squared error (never
+    a mean of dB), the lowest and highest run's PSNR."""
+    mse = float(np.mean([10 ** (-r["psnr_db"] / 10) for r in runs]))
+    ms = float(np.median([r["ms_per_step"] for r in runs]))
+    return {"impl": runs[0]["impl"], "seeds": len(runs), "ms_per_step": round(ms, 4),
+            "samples_per_s": round(runs[0]["batch"] / (ms * 1e-3)),
+            "psnr_db": round(-10 * math.log10(mse), 3), "psnr_db_min": min(r["psnr_db"] for r in runs),
+            "psnr_db_max": max(r["psnr_db"] for r in runs), "wall_s": round(sum(r["wall_s"] for r in runs), 3),
+            "runs": runs}
 
 
 def main() -> int:
@@ -117,6 +146,9 @@ def main() -> int:
     p.add_argument("--peer", default=str(ROOT / ".device" / "torch_peer.py"))
     p.add_argument("--peer-modes", nargs="*", default=list(PEER_MODES), choices=list(PEER_MODES))
     p.add_argument("--no-peer", action="store_true")
+    p.add_argument("--seeds", type=int, default=1, help="runs per side (seeds 0..N-1)")
+    p.add_argument("--trace", type=int, default=0,
+                   help="bakery only: PSNR every N steps, printed per seed (its ms/step then counts the decodes)")
     p.add_argument("--small", action="store_true", help="CPU smoke test: 128^2, batch 4096, 20 steps, no peer")
     p.add_argument("--reduction", help="CoopVec gradient reduction: JSON, or bench/grad_reduction.py's output file")
     p.add_argument("--out", default=str(ROOT / "bench" / "out" / "train_texture.json"))
@@ -145,16 +177,24 @@ def main() -> int:
         warm = argparse.Namespace(**vars(a))
         warm.batch, warm.steps = a.batches[0], min(a.steps, 200)
         run_bakery(warm, target)
+    seeds = range(a.seeds)
     for batch in a.batches:
         a.batch = batch
-        rows = [run_bakery(a, target)]
-        peers = [] if a.no_peer else [r for m in a.peer_modes if (r := run_peer(a, image_path, m))]
-        rows += peers
-        table = {"batch": batch, "rows": rows}
-        print(f"\nbatch {batch}:\n{'impl':18} {'ms/step':>9} {'Msamples/s':>11} {'PSNR dB':>8} {'wall s':>7}")
+        rows = [over_seeds([run_bakery(a, target, s) for s in seeds])]
+        for r in rows[0]["runs"]:
+            if "psnr_trace" in r:
+                print(f"seed {r['seed']} PSNR by step: " + " ".join(f"{n}:{v:.2f}" for n, v in r["psnr_trace"]))
+        for m in [] if a.no_peer else a.peer_modes:
+            runs = [r for s in seeds if (r := run_peer(a, image_path, m, s))]
+            if runs:
+                rows.append(over_seeds(runs))
+        peers = rows[1:]
+        table = {"batch": batch, "seeds": a.seeds, "rows": rows}
+        print(f"\nbatch {batch}, {a.seeds} seed(s):\n{'impl':18} {'ms/step':>9} {'Msamples/s':>11} {'PSNR dB':>8} "
+              f"{'min-max dB':>12} {'wall s':>7}")
         for r in rows:
             print(f"{r['impl']:18} {r['ms_per_step']:9.3f} {r['samples_per_s'] / 1e6:11.1f} {r['psnr_db']:8.2f} "
-                  f"{r['wall_s']:7.1f}")
+                  f"{r['psnr_db_min']:5.2f}-{r['psnr_db_max']:5.2f} {r['wall_s']:7.1f}")
         if peers:
             fastest = max(peers, key=lambda r: r["samples_per_s"])
             table["fastest_peer"] = fastest["impl"]
