@@ -45,18 +45,7 @@ R = parameters.CoopVecReduction
 # and with rows in blocks of 32 samples copied out per warp (the default since).
 GENERATED = R(group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2, generated_backward=True)
 BLOCKS = replace(GENERATED, row_block=32, row_copy=True)
-# Sums kept on the chip: each workgroup's tiles summed from groupshared rows into its own
-# fp32 tiles, no rows and no sum kernel.
-LOCAL = R(group=128, mode="local", reduce="mma", generated_backward=True)
 VARIANTS = {
-    "local sums, 128-thread, generated backward": LOCAL,
-    "local sums, 128-thread, 132 workgroups": replace(LOCAL, max_groups=132),
-    "local sums, 128-thread, 528 workgroups": replace(LOCAL, max_groups=528),
-    "local sums, 64-thread": replace(LOCAL, group=64),
-    "diag: local staging, no sums (wrong)": replace(LOCAL, skip_sums=True),
-    "diag: local sums, 132 workgroups, swapped loads (wrong)": replace(LOCAL, max_groups=132, swap_loads=True),
-    "diag: local staging, 132 workgroups, no sums (wrong)": replace(LOCAL, max_groups=132, skip_sums=True),
-    "diag: rows in blocks of 32, warp copies, swapped loads (wrong)": replace(BLOCKS, swap_loads=True),
     "slices-256x264 (no cooperative matrices)": R(),
     "atomic-256x264": R(mode="atomic"),
     "slices-256x132": R(max_groups=132),
@@ -107,6 +96,7 @@ VARIANTS = {
     "rows in blocks of 32, warp copies, unroll 4": replace(BLOCKS, unroll=4),
     "rows in blocks of 32, warp copies, 264 groups, unroll 1": replace(BLOCKS, reduce_groups=264, unroll=1),
     "rows in blocks of 32, warp copies, 264 groups, 4 out tiles": replace(BLOCKS, reduce_groups=264, out_tiles=4),
+    "diag: rows in blocks of 32, warp copies, swapped loads (wrong)": replace(BLOCKS, swap_loads=True),
     "diag: rows in blocks of 32, warp copies, no reduction (wrong)": R(
         group=128, mode="splitk", reduce="mma", skip_sums=True, generated_backward=True, row_block=32, row_copy=True),
     "diag: 128-thread stores, no reduction (wrong)": R(group=128, mode="splitk", reduce="mma", skip_sums=True),

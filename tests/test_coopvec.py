@@ -37,15 +37,14 @@ def test_coopvec_forward_matches_reference(coopvec_device):
 
 @pytest.mark.parametrize("reduction", ["slices", "splitk-mma", "splitk-mma-copy", "splitk-mma-generated",
                                        "splitk-mma-tiles", "splitk-mma-tiles-half", "splitk-mma-blocks",
-                                       "splitk-mma-blocks-warp-copies", "local", "local-autodiff"])
+                                       "splitk-mma-blocks-warp-copies"])
 @pytest.mark.parametrize("batch", [BATCH, 1 << 18, 1000])
 def test_coopvec_gradients_match_reference(coopvec_device, batch, reduction, monkeypatch):
     """Per layer, at a small, a production and a ragged batch (fp32 sums, no 1/batch in
     fp16), with per-workgroup slices and with split-K on cooperative matrices (with and
     without transposed weight copies for the input gradients, with the backward pass
     generated rather than derived, and as tiles, fp32 or fp16 accumulators), and with the
-    stored rows interleaved over blocks of samples, stored per thread or copied per warp;
-    and with the sums kept on the chip (mode "local"), generated backward pass or autodiff's."""
+    stored rows interleaved over blocks of samples, stored per thread or copied per warp."""
     import slangpy as spy
 
     from bakery.nn import parameters
@@ -53,8 +52,6 @@ def test_coopvec_gradients_match_reference(coopvec_device, batch, reduction, mon
     if reduction != "slices" and not coopvec_device.spy.has_feature(spy.Feature.cooperative_matrix):
         pytest.skip("the device has no cooperative matrices")
     monkeypatch.setattr(parameters, "COOPVEC_REDUCTION", parameters.CoopVecReduction(
-        group=128, mode="local", reduce="mma", generated_backward=reduction == "local")
-        if reduction.startswith("local") else parameters.CoopVecReduction(
         **({} if reduction == "slices" else {"mode": "splitk", "reduce": "mma"}),
         **({"group": 128, "backward": "mma"} if "tiles" in reduction else {}),
         **({"tile_accumulator": "half"} if reduction.endswith("half") else {}),

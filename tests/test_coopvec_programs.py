@@ -45,17 +45,9 @@ def _material(dev):
                                                                  directions="frame")
 
 
-@pytest.mark.parametrize("backward", ["default", "autodiff", "mma", "thread-stores", "local", "local-autodiff"])
+@pytest.mark.parametrize("backward", ["default", "autodiff", "mma", "thread-stores"])
 @pytest.mark.parametrize("job", [_texture, _ntc, _material], ids=["neural_texture", "ntc", "neural_material"])
 def test_training_program_builds_for_coopvec(coopvec_stand_in, job, backward, monkeypatch):
-    if backward.startswith("local"):
-        # Local sums: no split-K rows and no sum kernel.
-        monkeypatch.setattr(parameters, "COOPVEC_REDUCTION", parameters.CoopVecReduction(
-            group=128, mode="local", reduce="mma", generated_backward=backward == "local"))
-        spec, objective = job(coopvec_stand_in)
-        trainer = Trainer(coopvec_stand_in, spec, objective, TrainConfig(steps=1, batch=1024))
-        assert trainer._reduce is None and "#define BK_GRAD_MODE 3" in trainer.source
-        return
     if backward != "default":
         monkeypatch.setattr(parameters, "COOPVEC_REDUCTION", parameters.CoopVecReduction(
             group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2,

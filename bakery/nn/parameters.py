@@ -24,17 +24,11 @@ TILE_BACKWARD_SHARED_BYTES = 32768
 #: Groupshared bytes the warp copies of split-K rows may take (row_copy): NVIDIA's Vulkan
 #: driver offers 48 KiB a workgroup, and the objectives keep some for themselves.
 ROW_COPY_SHARED_BYTES = 24576
-#: Groupshared bytes the local sums' staged rows may take (mode "local": one layer's x and
-#: dy of every sample of the workgroup): 36 KiB holds 128 threads at 64 wide and leaves the
-#: objectives' own (NTC's staged latent gradients take 10 KiB) under the driver's 48.
-LOCAL_SHARED_BYTES = 36864
 
 #: Units of the portable gradient accumulator (see bakery/nn/mlp_portable.slang).
 FIXED_POINT_SCALE = float(2 ** 40)
 
 
-#: BK_GRAD_MODE values (bakery/nn/mlp_coopvec.slang), by CoopVecReduction.mode.
-MODES = ("slices", "atomic", "splitk", "local")
 #: BK_STAGING values (bakery/nn/mlp_coopvec.slang).
 STAGINGS = {"elements": 0, "coopvec": 1, "none": 2, "packed": 3}
 
@@ -79,14 +73,10 @@ class CoopVecReduction:
     in groupshared memory and copies them out 16 bytes per lane, whole cache lines at a
     time, rather than each thread storing its own vectors (needs ``row_block`` a multiple
     of 32 for the copies to cover whole lines).
-    ``mode`` "local" (needs ``reduce`` "mma"): nothing per sample leaves the chip; each
-    layer's x and dy of the workgroup's samples go to groupshared rows, and its warps add
-    dW = dy^T x over them as tiled products into the workgroup's own fp32 tiles, which stay
-    in L2 between its tiles and are added to the gradient once at the end.
     ``staging`` "none" and ``skip_sums`` leave
     out the staging and the per-thread sums (wrong gradients; in split-K mode, the row
     stores and the reduction dispatch), and ``swap_loads`` loads the cooperative-matrix
-    sums' operand tiles in swapped layouts (wrong gradients): bench/grad_reduction.py times
+    sum's operand tiles in swapped layouts (wrong gradients): bench/grad_reduction.py times
     the parts with them.
     """
 
@@ -115,23 +105,21 @@ class CoopVecReduction:
         return self.staging == "packed" or self.mode == "splitk"
 
     def __post_init__(self):
-        if self.mode not in MODES:
+        if self.mode not in ("slices", "atomic", "splitk"):
             raise ValueError(f"unknown gradient reduction mode {self.mode!r}")
         if self.staging not in STAGINGS:
             raise ValueError(f"unknown staging {self.staging!r}")
         if self.group % self.stage:
             raise ValueError("group must be a multiple of stage")
-        if self.reduce not in ("rows", "mma") or (self.reduce == "mma" and self.mode not in ("splitk", "local")):
-            raise ValueError(f"reduce {self.reduce!r}: 'rows', or 'mma' with mode 'splitk' or 'local'")
-        if self.mode == "local" and self.reduce != "mma":
-            raise ValueError("mode 'local' sums on cooperative matrices: it needs reduce 'mma'")
+        if self.reduce not in ("rows", "mma") or (self.reduce == "mma" and self.mode != "splitk"):
+            raise ValueError(f"reduce {self.reduce!r}: 'rows', or 'mma' with mode 'splitk'")
         if self.out_tiles < 1 or (self.out_tiles > 1 and self.reduce != "mma"):
             raise ValueError(f"out_tiles {self.out_tiles}: at least 1, and above 1 only with reduce 'mma'")
         if self.reduce == "mma" and self.group % 64:
             raise ValueError("reduce 'mma' needs a workgroup of a multiple of 64 threads")
         if self.backward not in ("coopvec", "mma"):
             raise ValueError(f"unknown backward pass {self.backward!r} (known: coopvec, mma)")
-        if self.backward == "mma" and (self.mode != "splitk" or self.reduce != "mma" or self.transposed_copy):
+        if self.backward == "mma" and (self.reduce != "mma" or self.transposed_copy):
             raise ValueError("backward 'mma' needs mode 'splitk' with reduce 'mma', and no transposed copies")
         if self.tile_accumulator not in ("float", "half") or (self.tile_accumulator != "float"
                                                                  and self.backward != "mma"):
@@ -220,19 +208,6 @@ def row_copy_bytes(spec, group: int, align: int = 16) -> int:
     the widest layer side, its slots padded to ``align`` halfs (CoopVecReduction.row_align)."""
     widest = max(max(_align(l.n_in, align), _align(l.n_out, align)) for l in spec.layers)
     return group * _copy_row_groups(2 * widest) * 16
-
-
-def local_tiles(n_in: int, n_out: int) -> int:
-    """16 x 16 fp32 tiles of one layer's weight gradient and bias (its own column of
-    tiles) in mode "local": its output tiles times its input tiles plus one."""
-    return -(-n_out // 16) * (-(-n_in // 16) + 1)
-
-
-def local_shared_bytes(spec, group: int) -> int:
-    """Groupshared bytes of mode "local"'s staged rows: x and dy of ``group`` samples, each
-    row the widest layer side in whole tiles plus 8 halfs (bk_ls_x, bk_ls_dy)."""
-    widest = max(_align(max(l.n_in, l.n_out), 16) for l in spec.layers)
-    return 2 * group * (widest + 8) * 2
 
 
 def _align(n: int, a: int) -> int:
@@ -334,7 +309,7 @@ class ParameterStore:
     def _init_coopvec(self):
         spec, red = self.spec, self.reduction
         weight_pos = np.zeros(spec.param_count, np.uint32)
-        w16 = acc = row = tiles = 0
+        w16 = acc = row = 0
         self.row_slots = []  # (byte offset in a logical row, bytes): every layer's x, then its dy
         layout = []  # per layer: Linear's template arguments after I, O
         for k, l in enumerate(spec.layers):
@@ -351,11 +326,8 @@ class ParameterStore:
             xo, do = row, row + 2 * _align(l.n_in, pad)  # this layer's x and dy in a g_acts row
             row = do + 2 * _align(l.n_out, pad)
             self.row_slots += [(xo, 2 * _align(l.n_in, pad)), (do, 2 * _align(l.n_out, pad))]
-            # AO: the layer's first accumulator, or in mode "local" its first 16 x 16 tile.
-            layout.append([wo, bo, l.weight_offset, l.bias_offset, tiles if red.mode == "local" else acc, dx, xo, do,
-                           wo, 0])
+            layout.append([wo, bo, l.weight_offset, l.bias_offset, acc, dx, xo, do, wo, 0])
             acc += _inputs_per_thread(l.n_in, l.n_out, red.group, red.chunked) + 1  # and the bias
-            tiles += local_tiles(l.n_in, l.n_out)
         # Weight copies (transposed for transposed_copy, row-major for the "mma" backward pass)
         # after every layer's own weights, so that the optimizer updates the words before
         # copy_begin and then copies the rest.
@@ -390,14 +362,7 @@ class ParameterStore:
             raise ValueError(f"row_copy: {red.group} threads x rows of the widest layer take {copy_bytes} bytes "
                              f"of groupshared memory (at most {ROW_COPY_SHARED_BYTES}); use row_copy=False "
                              "or a smaller workgroup")
-        self.local_width = max(_align(max(l.n_in, l.n_out), 16) for l in spec.layers)
-        shared = local_shared_bytes(spec, red.group)
-        if red.mode == "local" and shared > LOCAL_SHARED_BYTES:
-            raise ValueError(f"mode 'local': {red.group} threads x two rows of {self.local_width} take {shared} bytes "
-                             f"of groupshared memory (at most {LOCAL_SHARED_BYTES}); use a smaller workgroup")
         self.linear_args = [", ".join(str(v) for v in args) for args in layout]
-        self.local_tiles = tiles
-        self.tile_acc = make_buffer(self.device, np.zeros(16, np.uint8))  # mode "local": reserve_rows
         self.acc_count = acc
         self.row_bytes = row
         self.acts = make_buffer(self.device, np.zeros(row * red.group, np.uint8))
@@ -425,17 +390,10 @@ class ParameterStore:
         return min(-(-batch // self.reduction.group), self.reduction.max_groups)
 
     def reserve_rows(self, batch: int) -> None:
-        """Room for what a training dispatch over ``batch`` samples keeps per sample (split-K:
-        the stored activations of its whole tiles) or per workgroup (mode "local": each
-        workgroup's fp32 gradient tiles, g_tile_acc)."""
-        if not self.coopvec:
-            return
+        """Split-K mode: room for the stored activations of ``batch`` samples' whole tiles."""
         rows = -(-batch // self.reduction.group) * self.reduction.group
-        if self.reduction.mode == "splitk" and self.acts.size < rows * self.row_bytes:
+        if self.coopvec and self.reduction.mode == "splitk" and self.acts.size < rows * self.row_bytes:
             self.acts = make_buffer(self.device, np.zeros(rows * self.row_bytes, np.uint8))
-        tiles = self.train_groups(batch) * self.local_tiles * 1024
-        if self.reduction.mode == "local" and self.tile_acc.size < tiles:
-            self.tile_acc = make_buffer(self.device, np.zeros(tiles, np.uint8))
 
     def device_rows(self, rows: np.ndarray) -> np.ndarray:
         """Split-K rows (one logical row of ``row_bytes`` per sample, as bytes or halfs) in
@@ -496,8 +454,7 @@ class ParameterStore:
         red, layers = self.reduction, self.spec.layers
         return "".join(f"#define {k} {v}\n" for k, v in (
             ("BK_GROUP", red.group), ("BK_MAX_GROUPS", red.max_groups), ("BK_STAGE", red.stage),
-            ("BK_GRAD_MODE", MODES.index(red.mode)), ("BK_LOCAL_TILES", self.local_tiles),
-            ("BK_LS_WIDTH", self.local_width),
+            ("BK_GRAD_MODE", ("slices", "atomic", "splitk").index(red.mode)),
             ("BK_PARAM_COUNT", self.spec.param_count), ("BK_ROW_BYTES", self.row_bytes),
             ("BK_ACC_COUNT", self.acc_count), ("BK_MAX_IN", max(l.n_in for l in layers)),
             ("BK_MAX_OUT", max(l.n_out for l in layers)),
@@ -517,7 +474,7 @@ class ParameterStore:
         """Bindings the network's forward/backward pass reads and accumulates into."""
         if self.coopvec:
             return {"g_weights16": self.weights16, "g_grad_parts": self.grad_parts, "g_loss_state": self.loss_state,
-                    "g_acts": self.acts, "g_tile_acc": self.tile_acc}
+                    "g_acts": self.acts}
         return {"g_params": self.params, "g_grads": self.grads}
 
     def optimizer_vars(self) -> dict:
