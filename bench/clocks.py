@@ -25,3 +25,10 @@ def keep_busy(work: Callable[[], object], seconds: float = BUSY_SECONDS) -> int:
         work()
         calls += 1
     return calls
+
+
+def decode_on_gpu(trainer, objective) -> Callable[[], None]:
+    """Work for ``keep_busy``: a texel objective's decode kernel over its texels, waited for
+    but not read back (a read-back leaves the GPU idle while the host copies), leaving the
+    training state alone."""
+    return lambda: trainer.run_kernel("decode", objective.width * objective.height, objective.uniforms(0, 1, 0))

@@ -35,7 +35,7 @@ from bakery.nn.network import NetworkSpec  # noqa: E402
 from bakery.nn.optimizers import Adam  # noqa: E402
 from bakery.nn.trainer import TrainConfig, Trainer  # noqa: E402
 from bakery.stages.neural_texture.objective import TextureFit  # noqa: E402
-from bench.clocks import keep_busy  # noqa: E402
+from bench.clocks import decode_on_gpu, keep_busy  # noqa: E402
 from bench.step_profile import profile_steps  # noqa: E402
 from bench.train_texture import float_psnr, procedural_target  # noqa: E402
 from tests.reference import batch_texels, mse_gradients, texel_uv  # noqa: E402
@@ -147,7 +147,7 @@ def run_variant(a, dev, spec, target, params, ref, name, reduction) -> dict:
     compile_s = time.perf_counter() - t_start
     tr.train(WARMUP)
     if dev.coopvec:
-        keep_busy(lambda: obj.decode(tr))  # the clock up again after the compile (bench/clocks.py)
+        keep_busy(decode_on_gpu(tr, obj))  # the clock up again after the compile (bench/clocks.py)
     t0 = time.perf_counter()
     tr.train()
     dt = (time.perf_counter() - t0) / a.steps

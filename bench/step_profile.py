@@ -13,6 +13,8 @@ from collections import defaultdict
 
 import numpy as np
 
+from bench.clocks import keep_busy
+
 
 class StepProfile:
     def __init__(self, device, marks: int):
@@ -37,14 +39,14 @@ class StepProfile:
 
 
 def profile_steps(device, trainer, steps: int = 20) -> dict[str, float]:
-    """Trains ``steps`` unprofiled steps, then ``steps`` more with timestamps, and returns
-    µs per step by phase (or {"unavailable": why} on a device without timestamp queries).
-    The unprofiled steps are there to bring the GPU back to speed after whatever idled it
-    (a PSNR check on the host): on the H200 the first set a process profiled straight
-    after one read 4x its wall time per step (not yet re-measured with them)."""
+    """Keeps the GPU training for a second (bench/clocks.py: whatever idled it, a PSNR check
+    on the host, drops the H200's clock to a quarter, and 20 unprofiled steps did not bring
+    it back), then trains ``steps`` more with timestamps, and returns µs per step by phase
+    (or {"unavailable": why} on a device without timestamp queries)."""
     try:
-        trainer.config = dataclasses.replace(trainer.config, steps=trainer.step + 2 * steps)
-        trainer.train(steps)
+        trainer.config = dataclasses.replace(trainer.config, steps=trainer.step + 1_000_000)
+        keep_busy(lambda: trainer.train(steps))
+        trainer.config = dataclasses.replace(trainer.config, steps=trainer.step + steps)
         trainer.profiler = StepProfile(device, 5 * steps)
         trainer.train()
         return trainer.profiler.phases()

@@ -55,6 +55,9 @@ class LatentGridSpec:
             raise ValueError(f"latent mode must be one of {LATENT_MODES}, got {self.mode!r}")
         if self.mode == "bc" and self.bits != 4:
             raise ValueError("BC4 latents hold 4 bits per feature texel: use bits=4")
+        if self.features < 4 or self.features % 4:
+            raise ValueError(f"latent features must be a positive multiple of 4 (the decoder reads them four at "
+                             f"a time), got {self.features}")
 
     # -- colour mips and latent levels -----------------------------------------------------
     @property
