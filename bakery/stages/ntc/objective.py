@@ -222,7 +222,8 @@ class LatentTextureFit(TexelObjective):
     def decode_mip(self, trainer, mip: int) -> np.ndarray:
         """Every texel of colour mip ``mip`` as the decoder reproduces it (raw outputs)."""
         w, h = self.grid.color_mips[mip]
-        trainer.run_kernel("decode", w * h, dict(self.uniforms(0, 1, 0), lod=mip))
+        # noise=0: decodes see the exact rounding, even where training starts with noise.
+        trainer.run_kernel("decode", w * h, dict(self.uniforms(0, 1, 0), lod=mip, noise=0))
         out = self._output.to_numpy().view(np.float32)[: w * h * self.channels]
         return out.reshape(h, w, self.channels).copy()
 
