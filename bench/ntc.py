@@ -178,6 +178,7 @@ def speed_run(a, dev, mat, scatter: str, line_texels: int, lazy: bool) -> dict:
                                                   for s, n in mat.slices]), 3)})
         print(f"  big set step {tr.step:6d}: {train_s:7.2f} s training, set PSNR (mean MSE) "
               f"{curve[-1]['set_psnr']:.2f} dB", flush=True)
+    loss_scale = tr.store.loss_scale()
     phases = profile_steps(dev, tr)  # a few more steps, after the curve
     print(f"  GPU us per step by phase: {phases}", flush=True)
     final = curve[-1]
@@ -191,7 +192,7 @@ def speed_run(a, dev, mat, scatter: str, line_texels: int, lazy: bool) -> dict:
             "final_set_psnr": final["set_psnr"], "time_to_final_s": final["train_s"],
             "best_set_psnr": best["set_psnr"], "best_step": best["step"], "time_to_best_s": best["train_s"],
             "preview_within_1p5db_s": preview["train_s"], "preview_step": preview["step"], "curve": curve,
-            "loss_scale_end": tr.store.loss_scale(), "gpu_us_per_phase": phases,
+            "loss_scale_end": loss_scale, "gpu_us_per_phase": phases,
             "wall_s": round(time.perf_counter() - t0, 2)}
 
 

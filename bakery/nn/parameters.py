@@ -133,6 +133,8 @@ class CoopVecReduction:
         if self.row_copy and (self.mode != "splitk" or self.row_block % 32):
             raise ValueError("row_copy needs mode 'splitk' and a row_block that is a multiple of 32 "
                              "(a warp's copies then write whole lines)")
+        if self.swap_loads and self.reduce != "mma":
+            raise ValueError("swap_loads times the cooperative-matrix sum's loads: it needs reduce 'mma'")
         if self.row_copy and self.backward == "mma":
             raise ValueError("row_copy with backward 'mma': their groupshared rows together exceed the "
                              "driver's 48 KiB at the widths measured")
