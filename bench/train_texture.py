@@ -76,22 +76,18 @@ def run_bakery(a, target: np.ndarray, seed: int = 0) -> dict:
                       steps_per_submit=a.steps_per_submit)
     tr = Trainer(dev, spec, obj, cfg)
     tr.train(WARMUP)
-    if dev.coopvec:
-        keep_busy(decode_on_gpu(tr, obj))  # the clock up again after the compile (bench/clocks.py)
-    trace = []
-    if a.trace:  # PSNR every --trace steps; only the training segments are timed
-        train_s = 0.0
-        while tr.step < cfg.steps:
-            if dev.coopvec:
-                keep_busy(decode_on_gpu(tr, obj))
-            t0 = time.perf_counter()
-            tr.train(a.trace)
-            train_s += time.perf_counter() - t0
-            trace.append([tr.step, round(float_psnr(obj.decode(tr), target), 3)])
-    else:
+    # Timed in one segment, or in segments of --trace steps with the PSNR after each; the
+    # GPU kept busy before each (the clock up again after the compile or the check:
+    # bench/clocks.py).
+    trace, train_s = [], 0.0
+    while tr.step < cfg.steps:
+        if dev.coopvec:
+            keep_busy(decode_on_gpu(tr, obj))
         t0 = time.perf_counter()
-        tr.train()
-        train_s = time.perf_counter() - t0
+        tr.train(a.trace or None)
+        train_s += time.perf_counter() - t0
+        if a.trace:
+            trace.append([tr.step, round(float_psnr(obj.decode(tr), target), 3)])
     dt = train_s / a.steps
     pred = obj.decode(tr)
     t_dec = time.perf_counter()
