@@ -13,8 +13,8 @@ best and the final set PSNR with the training time to each, and to a preview wit
 the kernels, are trained but not timed), and the GPU time per phase of a step (training
 kernel, split-K sum, optimizers) from timestamps over 20 more steps; once per
 --big-scatter x --big-samples x --big-updates variant (e.g. `--big-scatter thread staged
-none --big-samples texels lines --big-updates dense lazy`: where the latent gradients' cost
-goes, what coherent samples save, what a lazy latent Adam saves).
+none --big-samples texels lines patches --big-updates dense lazy`: where the latent
+gradients' cost goes, what coherent samples save, what a lazy latent Adam saves).
 Set figures are PSNRs of the mean MSE over the set's textures (bakery.formats.images.
 set_psnr), never means of dB values: a constant map decodes to ~110 dB or inf and would
 swing a dB mean by 10+ dB. (The stage's own manifest still reports ``mean_psnr_db``, a
@@ -135,8 +135,9 @@ def _quality_rows(a, dev, stage, log, folder) -> list[dict]:
     return rows
 
 
-#: --big-samples: texels per line of training samples (0: independent texels)
-SAMPLE_LAYOUTS = {"texels": 0, "lines": 32, "lines16": 16, "lines8": 8}
+#: --big-samples: LatentTextureFit's sample layout (line_texels 0: independent texels)
+SAMPLE_LAYOUTS = {"texels": {}, "lines": {"line_texels": 32}, "lines16": {"line_texels": 16},
+                  "lines8": {"line_texels": 8}, "patches": {"patches": True}}
 
 
 def speed(a, dev) -> list[dict]:
@@ -147,20 +148,22 @@ def speed(a, dev) -> list[dict]:
                         str(a.big)], check=True, capture_output=True)
         folder = sorted((Path(tmp) / "materials").iterdir())[0]
         mat = load_material(material_files(folder))
-    return [speed_run(a, dev, mat, scatter, SAMPLE_LAYOUTS[samples], updates == "lazy")
-            for scatter in a.big_scatter for samples in a.big_samples for updates in a.big_updates]
+    # the boxed scatter sums a patch's gradients: it pairs with patch samples only
+    return [speed_run(a, dev, mat, scatter, samples, updates == "lazy")
+            for scatter in a.big_scatter for samples in a.big_samples for updates in a.big_updates
+            if (scatter == "boxed") <= (samples == "patches")]
 
 
-def speed_run(a, dev, mat, scatter: str, line_texels: int, lazy: bool) -> dict:
+def speed_run(a, dev, mat, scatter: str, samples: str, lazy: bool) -> dict:
     h, w, c = mat.image.shape
     # the code width the stage's preset gives this device (2-bit on a GPU, 4-bit on a CPU)
     bits = PRESETS.table[device_class(dev)][a.quality]["latent_bits"]
     point = choose(w, h, c, a.big_bpp, hidden=64, layers=2, bits=bits, pe_octaves=3)
     t0 = time.perf_counter()
     obj = LatentTextureFit(dev, mat.image, point.grid, normal_channel=mat.normal_channel,
-                           latent_scatter=None if scatter == "auto" else scatter, line_texels=line_texels,
-                           lazy_latents=lazy)
-    print(f"  speed set: {_variant(obj.latent_scatter, obj.line_texels, lazy)}", flush=True)
+                           latent_scatter=None if scatter == "auto" else scatter, lazy_latents=lazy,
+                           **SAMPLE_LAYOUTS[samples])
+    print(f"  speed set: {_variant(obj.latent_scatter, obj.line_texels, obj.patches, lazy)}", flush=True)
     tr = Trainer(dev, point.network, obj, TrainConfig(steps=a.big_steps, batch=a.big_batch, optimizer=Adam(lr=5e-3),
                                                       schedule="cosine", steps_per_submit=50))
     tr.train(20)  # compiles the pipelines; these steps count in the schedule, not in the times
@@ -186,7 +189,8 @@ def speed_run(a, dev, mat, scatter: str, line_texels: int, lazy: bool) -> dict:
     preview = next(p for p in curve if p["set_psnr"] >= final["set_psnr"] - 1.5)
     ms = train_s / (a.big_steps - 20) * 1e3
     return {"size": a.big, "bpp": point.bpp, "latent_bits": bits, "features": point.grid.features,
-            "latent_scatter": obj.latent_scatter, "line_texels": obj.line_texels, "lazy_latents": lazy,
+            "latent_scatter": obj.latent_scatter, "line_texels": obj.line_texels, "patches": obj.patches,
+            "lazy_latents": lazy,
             "steps": a.big_steps,
             "batch": a.big_batch, "ms_per_step": round(ms, 4),
             "final_set_psnr": final["set_psnr"], "time_to_final_s": final["train_s"],
@@ -196,8 +200,8 @@ def speed_run(a, dev, mat, scatter: str, line_texels: int, lazy: bool) -> dict:
             "wall_s": round(time.perf_counter() - t0, 2)}
 
 
-def _variant(scatter: str, line_texels: int, lazy: bool) -> str:
-    samples = f"lines of {line_texels}" if line_texels else "texel samples"
+def _variant(scatter: str, line_texels: int, patches: bool, lazy: bool) -> str:
+    samples = f"lines of {line_texels}" if line_texels else "patches" if patches else "texel samples"
     return (f"{scatter} latent scatter, {samples}, "
             f"{'lazy' if lazy else 'dense'} latent updates")
 
@@ -241,11 +245,12 @@ def main() -> int:
     p.add_argument("--big-steps", type=int, default=20000)
     p.add_argument("--big-batch", type=int, default=1 << 18)
     p.add_argument("--big-scatter", nargs="+", choices=("auto", *LATENT_SCATTER), default=["auto"],
-                   help="latent-gradient scatters of the speed set, one run each (auto: staged on a GPU, per "
-                        "thread on the CPU; none: a diagnostic, the latents do not train)")
+                   help="latent-gradient scatters of the speed set, one run each (auto: staged on a GPU, boxed "
+                        "with patches, per thread on the CPU; boxed: patch samples only; none: a diagnostic, the "
+                        "latents do not train)")
     p.add_argument("--big-samples", nargs="+", choices=tuple(SAMPLE_LAYOUTS), default=["texels"],
-                   help="speed set training samples, one run each: independent texels, or lines of N texels "
-                        "(lines: 32)")
+                   help="speed set training samples, one run each: independent texels, lines of N texels "
+                        "(lines: 32), or a patch of texels per workgroup")
     p.add_argument("--big-updates", nargs="+", choices=("dense", "lazy"), default=["dense"],
                    help="speed set latent Adam, one run each: every latent each step, or only the touched ones")
     p.add_argument("--check", type=int, default=1000)
@@ -289,7 +294,7 @@ def main() -> int:
         result["speed"] = speed(a, dev)
         for s in result["speed"]:
             print(f"{a.big}^2 set at {s['bpp']:.2f} bpp ({s['latent_bits']}-bit codes, {s['features']} features, "
-                  f"{_variant(s['latent_scatter'], s['line_texels'], s['lazy_latents'])}): "
+                  f"{_variant(s['latent_scatter'], s['line_texels'], s.get('patches', False), s['lazy_latents'])}): "
                   f"{s['ms_per_step']:.3f} ms/step, GPU us {s['gpu_us_per_phase']}; set PSNR (mean MSE) final "
                   f"{s['final_set_psnr']:.2f} dB after {s['time_to_final_s']:.1f} s, best {s['best_set_psnr']:.2f} dB "
                   f"(step {s['best_step']}) after {s['time_to_best_s']:.1f} s, within 1.5 dB of final after "

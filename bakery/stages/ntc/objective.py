@@ -23,7 +23,7 @@ from bakery.nn.texel_objective import TexelObjective
 LATENT_BITS = (1, 2, 4, 8)   # code widths that tile a 32-bit word exactly
 LATENT_MODES = ("packed", "bc")
 LOD_INPUT_SCALE = 0.25       # the decoder's last input is LOD * this
-LATENT_SCATTER = ("thread", "staged", "none")  # BK_NTC_SCATTER 0, 1, 2 in ntc_fit.slang
+LATENT_SCATTER = ("thread", "staged", "none", "boxed")  # BK_NTC_SCATTER 0, 1, 2, 3 in ntc_fit.slang
 
 
 def mip_size(size: int, level: int) -> int:
@@ -149,7 +149,8 @@ class LatentTextureFit(TexelObjective):
 
     def __init__(self, device, image: np.ndarray, grid: LatentGridSpec, *, channel_weights=None,
                  normal_channel: int = -1, latent_lr: float = 2e-2, seed: int = 0, noise_steps: int = 0,
-                 latent_scatter: str | None = None, line_texels: int = 0, lazy_latents: bool = False):
+                 latent_scatter: str | None = None, line_texels: int = 0, patches: bool = False,
+                 lazy_latents: bool = False):
         if image.shape[:2] != (grid.height, grid.width):
             raise ValueError("latent grid spec is for another texture size")
         self.grid, self.normal_channel = grid, normal_channel
@@ -174,16 +175,6 @@ class LatentTextureFit(TexelObjective):
                                        lazy=lazy_latents)
         # BC mode: decoded-minus-raw of the last block-compression pass (straight-through offset)
         self._delta = make_buffer(device, np.zeros(max(1, grid.latent_count), np.float32))
-        #: How latent gradients leave the kernel (ntc_fit.slang BK_NTC_SCATTER): "staged"
-        #: (each workgroup's in coalesced runs, for a GPU's memory system), "thread" (each
-        #: thread its own; on the CPU device staging is slower: 128^2 check, 254 against 186
-        #: ms/step), or "none" (a benchmark's diagnostic: the latents do not train). None:
-        #: the device's choice. Read when the trainer compiles the kernels.
-        if latent_scatter is None:
-            latent_scatter = "thread" if device.info.software else "staged"
-        if latent_scatter not in LATENT_SCATTER:
-            raise ValueError(f"latent_scatter must be one of {LATENT_SCATTER}, got {latent_scatter!r}")
-        self.latent_scatter = latent_scatter
         #: Training samples in lines of this many consecutive texels of one mip
         #: (ntc_fit.slang BK_NTC_LINES; RTXNTC trains on lines), or 0: independent texels.
         #: Off by default: with lazy updates it cost 0.13 dB at 8 bpp on the 256^2 set
@@ -191,6 +182,25 @@ class LatentTextureFit(TexelObjective):
         if not 0 <= line_texels <= 256:
             raise ValueError(f"line_texels must be 0 (independent texels) or up to 256, got {line_texels}")
         self.line_texels = int(line_texels) if line_texels > 1 else 0
+        #: Training samples in patches of texels of one mip, one per workgroup
+        #: (ntc_fit.slang BK_NTC_PATCHES), so that the "boxed" scatter can sum a patch's
+        #: latent gradients on the chip.
+        if patches and self.line_texels:
+            raise ValueError("patches and line_texels are two sample layouts: choose one")
+        self.patches = bool(patches)
+        #: How latent gradients leave the kernel (ntc_fit.slang BK_NTC_SCATTER): "staged"
+        #: (each workgroup's in coalesced runs, for a GPU's memory system), "thread" (each
+        #: thread its own; on the CPU device staging is slower: 128^2 check, 254 against 186
+        #: ms/step), "boxed" (patches only: each patch's summed in groupshared memory, then
+        #: one global add per latent), or "none" (a benchmark's diagnostic: the latents do
+        #: not train). None: the device's choice. Read when the trainer compiles the kernels.
+        if latent_scatter is None:
+            latent_scatter = "thread" if device.info.software else "boxed" if patches else "staged"
+        if latent_scatter not in LATENT_SCATTER:
+            raise ValueError(f"latent_scatter must be one of {LATENT_SCATTER}, got {latent_scatter!r}")
+        if latent_scatter == "boxed" and not patches:
+            raise ValueError("the boxed latent scatter sums a patch's gradients: it needs patches=True")
+        self.latent_scatter = latent_scatter
 
     def slang_source(self) -> str:
         g = self.grid
@@ -199,7 +209,7 @@ class LatentTextureFit(TexelObjective):
                 f"#define BK_LATENT_BC {int(g.mode == 'bc')}\n#define BK_MIPS {len(g.color_mips)}\n"
                 f"#define BK_LOD_SCALE {LOD_INPUT_SCALE}\n#define BK_NORMAL_CHANNEL {self.normal_channel}\n"
                 f"#define BK_NTC_SCATTER {LATENT_SCATTER.index(self.latent_scatter)}\n"
-                f"#define BK_NTC_LINES {self.line_texels}\n"
+                f"#define BK_NTC_LINES {self.line_texels}\n#define BK_NTC_PATCHES {int(self.patches)}\n"
                 '#include "stages/ntc/ntc_fit.slang"\n')
 
     def vars(self) -> dict:

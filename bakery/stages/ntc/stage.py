@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from bakery.errors import UsageError
 from bakery.formats.images import mean_psnr, psnr, set_psnr
 from bakery.materials import ROLES, SRGB_ROLES, load_material, renormalize_normals
 from bakery.nn.optimizers import Adam
@@ -92,6 +93,8 @@ class NeuralTextureCompression(Stage):
               "step's samples touched (lazy: sparse updates, less memory traffic)", choices=("dense", "lazy")),
         Param("line_texels", int, 0, "train on lines of this many consecutive texels of one mip (RTXNTC's "
               "coherent batches: fewer distinct latents per step); 0: independent texels", choices=(0, 8, 16, 32)),
+        Param("patches", bool, False, "train on patches of texels of one mip (16 x 8 on a GPU), one per workgroup, "
+              "whose latent gradients are summed on the chip before one global add per latent (GPU speed)"),
         Param("noise_fraction", float, 0.0, "packed mode: fraction of steps trained with uniform latent noise "
               "instead of rounding; the latents freeze for the last FREEZE_FRACTION", min=0.0, max=1.0),
         Param("bc_refresh", int, AUTO, "BC mode: steps between BC4 re-encodes of the latents", min=1, max=100_000),
@@ -111,6 +114,8 @@ class NeuralTextureCompression(Stage):
         given, params = params, PRESETS.resolve(params, device_class=dclass)
         if params["latents"] == "bc":  # BC4 holds 4-bit codes whatever the preset says
             params = dict(params, latent_bits=4)
+        if params["patches"] and params["line_texels"]:
+            raise UsageError("patches and line_texels are two sample layouts: set one of them", key="params.patches")
         steps, batch, refresh, hidden = params["steps"], params["batch"], params["bc_refresh"], params["hidden"]
         rate_kw = dict(hidden=hidden, layers=params["layers"], pe_octaves=params["pe_octaves"],
                        bits=params["latent_bits"], mips=params["mips"],
@@ -134,7 +139,8 @@ class NeuralTextureCompression(Stage):
             obj = LatentTextureFit(ctx.device, material.image, point.grid, channel_weights=weights,
                                    normal_channel=material.normal_channel, latent_lr=params["latent_lr"],
                                    seed=ctx.seed, noise_steps=int(params["noise_fraction"] * cfg.steps),
-                                   lazy_latents=params["latent_updates"] == "lazy", line_texels=params["line_texels"])
+                                   lazy_latents=params["latent_updates"] == "lazy", line_texels=params["line_texels"],
+                                   patches=params["patches"])
             trainer = Trainer(ctx.device, point.network, obj, cfg)
             progress = StepProgress(ctx, cfg.steps)
             freeze = cfg.steps - int(FREEZE_FRACTION * cfg.steps)
