@@ -148,10 +148,8 @@ def speed(a, dev) -> list[dict]:
                         str(a.big)], check=True, capture_output=True)
         folder = sorted((Path(tmp) / "materials").iterdir())[0]
         mat = load_material(material_files(folder))
-    # the boxed scatter sums a patch's gradients: it pairs with patch samples only
     return [speed_run(a, dev, mat, scatter, samples, updates == "lazy")
-            for scatter in a.big_scatter for samples in a.big_samples for updates in a.big_updates
-            if (scatter == "boxed") <= (samples == "patches")]
+            for scatter in a.big_scatter for samples in a.big_samples for updates in a.big_updates]
 
 
 def speed_run(a, dev, mat, scatter: str, samples: str, lazy: bool) -> dict:
@@ -245,9 +243,8 @@ def main() -> int:
     p.add_argument("--big-steps", type=int, default=20000)
     p.add_argument("--big-batch", type=int, default=1 << 18)
     p.add_argument("--big-scatter", nargs="+", choices=("auto", *LATENT_SCATTER), default=["auto"],
-                   help="latent-gradient scatters of the speed set, one run each (auto: staged on a GPU, boxed "
-                        "with patches, per thread on the CPU; boxed: patch samples only; none: a diagnostic, the "
-                        "latents do not train)")
+                   help="latent-gradient scatters of the speed set, one run each (auto: staged on a GPU, per "
+                        "thread on the CPU; none: a diagnostic, the latents do not train)")
     p.add_argument("--big-samples", nargs="+", choices=tuple(SAMPLE_LAYOUTS), default=["texels"],
                    help="speed set training samples, one run each: independent texels, lines of N texels "
                         "(lines: 32), or a patch of texels per workgroup")

@@ -172,7 +172,7 @@ def test_quality_beats_a_trivial_bound(bundle):
 def test_lazy_updates_and_coherent_samples_train_as_well(bundle, tmp_path, monkeypatch, layout, expect, within_db):
     """The stage hands the training-speed options to the objective (their effects are
     tested on LatentTextureFit: test_lazy_latent_updates_move_only_sampled_latents, the
-    line cases of the bits test, the boxed-scatter test), the bundle's quality stays near
+    layouts of the bits test), the bundle's quality stays near
     the default's on the same budget, and the manifest records them. Patches cost more
     here: a CPU batch of 4096 is 64 patches of 8 x 8 texels (albedo 28.3 against 29.8 dB)."""
     from bakery.stages.ntc import stage as ntc_stage
@@ -451,50 +451,18 @@ def test_bcn_weighting_aims_every_texture_at_the_same_margin():
     assert w["roughness"] > w["ao"] > 0 and w["albedo"] > w["normal"]
 
 
-@pytest.mark.parametrize("steps,lines", [(1, False), (1, True), (3, True)])
-def test_staged_latent_scatter_gives_the_same_bits(device, steps, lines):
-    """The workgroup-staged latent-gradient scatter (the GPU default) adds the same
-    fixed-point values as the per-thread one, so the latents after a step are identical
-    (after several steps too where the network's own gradients are exact: the portable
-    backend), with independent texels or with line samples."""
-    from bakery.materials import load_material
-    from bakery.nn.optimizers import Adam
-    from bakery.nn.trainer import TrainConfig, Trainer
-    from bakery.stages.ntc.objective import LatentTextureFit
-    from bakery.stages.ntc.rate import choose
-
-    if steps > 1 and device.coopvec:
-        pytest.skip("CoopVec sums weight gradients in fp32 in any order: only the first step is exact")
-    folder = ROOT / "assets" / "materials" / "bricks"
-    mat = load_material({p.stem: p for p in sorted(folder.glob("*.png"))})
-    image = mat.image[:32, :32]
-    h, w, c = image.shape
-    point = choose(w, h, c, 16.0, hidden=16, layers=1, bits=4, pe_octaves=2)
-
-    def train(scatter: str, lines: bool) -> np.ndarray:
-        obj = LatentTextureFit(device, image, point.grid, normal_channel=mat.normal_channel, noise_steps=steps,
-                               latent_scatter=scatter, line_texels=32 if lines else 0)
-        tr = Trainer(device, point.network, obj, TrainConfig(steps=steps, batch=1000, optimizer=Adam(lr=5e-3), seed=4))
-        before = obj.raw_latents()
-        tr.train()
-        after = obj.raw_latents()
-        moved = np.count_nonzero(after != before)
-        assert (moved == 0) if scatter == "none" else (moved > before.size // 4)  # "none" is the diagnostic
-        return after
-
-    thread = train("thread", lines)
-    np.testing.assert_array_equal(thread, train("staged", lines))
-    train("none", lines)
-    if lines:  # line samples are other samples than independent texels
-        assert not np.array_equal(thread, train("thread", False))
+LAYOUTS = {"texels": {}, "lines": {"line_texels": 32}, "lines8": {"line_texels": 8}, "patches": {"patches": True}}
 
 
-@pytest.mark.parametrize("steps,size", [(1, 64), (3, 64), (1, 48)])
-def test_boxed_latent_scatter_gives_the_same_bits(device, steps, size):
-    """Patch samples (one patch of texels of one mip per workgroup) with the boxed scatter
-    (each patch's latent gradients summed in groupshared memory, taps outside the box added
-    globally) give the same latents as the per-thread scatter of the same samples; the
-    48^2 set has mips whose patches wrap and latent levels finer than a patch's box."""
+@pytest.mark.parametrize("steps,layout,size", [(1, "texels", 32), (1, "lines", 32), (3, "lines", 32),
+                                               (1, "lines8", 32), (1, "patches", 32), (3, "patches", 48)])
+def test_staged_latent_scatter_gives_the_same_bits(device, steps, layout, size):
+    """The workgroup-staged latent-gradient scatter (the GPU default; with lines and
+    patches one add per run of equal cells) adds the same fixed-point values as the
+    per-thread one, so the latents after a step are identical (after several steps too
+    where the network's own gradients are exact: the portable backend), for every sample
+    layout; line and patch samples are other samples than independent texels. The 48^2
+    set has mips smaller than a patch (patches wrap)."""
     from bakery.materials import load_material
     from bakery.nn.optimizers import Adam
     from bakery.nn.trainer import TrainConfig, Trainer
@@ -509,28 +477,29 @@ def test_boxed_latent_scatter_gives_the_same_bits(device, steps, size):
     h, w, c = image.shape
     point = choose(w, h, c, 16.0, hidden=16, layers=1, bits=4, pe_octaves=2)
 
-    def train(scatter: str, patches: bool) -> np.ndarray:
+    def train(scatter: str, layout: str) -> np.ndarray:
         obj = LatentTextureFit(device, image, point.grid, normal_channel=mat.normal_channel, noise_steps=steps,
-                               latent_scatter=scatter, patches=patches)
+                               latent_scatter=scatter, **LAYOUTS[layout])
         tr = Trainer(device, point.network, obj, TrainConfig(steps=steps, batch=1000, optimizer=Adam(lr=5e-3), seed=4))
         before = obj.raw_latents()
         tr.train()
         after = obj.raw_latents()
-        assert np.count_nonzero(after != before) > before.size // 4
+        moved = np.count_nonzero(after != before)
+        assert (moved == 0) if scatter == "none" else (moved > before.size // 4)  # "none" is the diagnostic
         return after
 
-    boxed = train("boxed", True)
-    np.testing.assert_array_equal(boxed, train("thread", True))
-    assert not np.array_equal(boxed, train("thread", False))  # patches are other samples than texels
+    thread = train("thread", layout)
+    np.testing.assert_array_equal(thread, train("staged", layout))
+    train("none", layout)
+    if layout != "texels":
+        assert not np.array_equal(thread, train("thread", "texels"))
 
 
-def test_boxed_scatter_and_patches_refuse_other_layouts(device):
+def test_patches_and_lines_are_exclusive(device):
     from bakery.stages.ntc.objective import LatentGridSpec, LatentTextureFit
 
     image = np.zeros((16, 16, 3), np.float32)
     grid = LatentGridSpec(16, 16, 8, 8, 4)
-    with pytest.raises(ValueError, match="needs patches"):
-        LatentTextureFit(device, image, grid, latent_scatter="boxed")
     with pytest.raises(ValueError, match="two sample layouts"):
         LatentTextureFit(device, image, grid, patches=True, line_texels=8)
 

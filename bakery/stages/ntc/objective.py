@@ -23,7 +23,7 @@ from bakery.nn.texel_objective import TexelObjective
 LATENT_BITS = (1, 2, 4, 8)   # code widths that tile a 32-bit word exactly
 LATENT_MODES = ("packed", "bc")
 LOD_INPUT_SCALE = 0.25       # the decoder's last input is LOD * this
-LATENT_SCATTER = ("thread", "staged", "none", "boxed")  # BK_NTC_SCATTER 0, 1, 2, 3 in ntc_fit.slang
+LATENT_SCATTER = ("thread", "staged", "none")  # BK_NTC_SCATTER 0, 1, 2 in ntc_fit.slang
 
 
 def mip_size(size: int, level: int) -> int:
@@ -183,23 +183,20 @@ class LatentTextureFit(TexelObjective):
             raise ValueError(f"line_texels must be 0 (independent texels) or up to 256, got {line_texels}")
         self.line_texels = int(line_texels) if line_texels > 1 else 0
         #: Training samples in patches of texels of one mip, one per workgroup
-        #: (ntc_fit.slang BK_NTC_PATCHES), so that the "boxed" scatter can sum a patch's
-        #: latent gradients on the chip.
+        #: (ntc_fit.slang BK_NTC_PATCHES): the most coherent layout, for the fewest latent
+        #: reads and adds.
         if patches and self.line_texels:
             raise ValueError("patches and line_texels are two sample layouts: choose one")
         self.patches = bool(patches)
         #: How latent gradients leave the kernel (ntc_fit.slang BK_NTC_SCATTER): "staged"
         #: (each workgroup's in coalesced runs, for a GPU's memory system), "thread" (each
         #: thread its own; on the CPU device staging is slower: 128^2 check, 254 against 186
-        #: ms/step), "boxed" (patches only: each patch's summed in groupshared memory, then
-        #: one global add per latent), or "none" (a benchmark's diagnostic: the latents do
-        #: not train). None: the device's choice. Read when the trainer compiles the kernels.
+        #: ms/step), or "none" (a benchmark's diagnostic: the latents do not train). None:
+        #: the device's choice. Read when the trainer compiles the kernels.
         if latent_scatter is None:
-            latent_scatter = "thread" if device.info.software else "boxed" if patches else "staged"
+            latent_scatter = "thread" if device.info.software else "staged"
         if latent_scatter not in LATENT_SCATTER:
             raise ValueError(f"latent_scatter must be one of {LATENT_SCATTER}, got {latent_scatter!r}")
-        if latent_scatter == "boxed" and not patches:
-            raise ValueError("the boxed latent scatter sums a patch's gradients: it needs patches=True")
         self.latent_scatter = latent_scatter
 
     def slang_source(self) -> str:
