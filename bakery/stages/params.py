@@ -51,8 +51,10 @@ class Param:
 
     @property
     def auto(self) -> bool:
-        """Whether ``auto`` is allowed: the parameter defaults to it."""
-        return self.default == AUTO and self.type is not str
+        """Whether ``auto`` is allowed: the parameter defaults to it (a string parameter
+        only where its choices leave no other meaning to the word)."""
+        return self.default == AUTO and (self.type is not str or (self.choices is not None
+                                                                   and AUTO not in self.choices))
 
     def coerce(self, value: Any, *, where: str | None = None, key: str | None = None) -> Any:
         """Checks and converts one value; strings from the command line are parsed."""
@@ -149,9 +151,15 @@ class Presets:
                  "| --- | --- |" + " ---: |" * len(names)]
         for dclass, tiers in self.table.items():
             for quality, row in tiers.items():
-                lines.append(f"| {dclass} | {quality} | " + " | ".join(f"{row[n]:,}" if isinstance(row.get(n), int)
-                                                                       else str(row.get(n, "")) for n in names) + " |")
+                lines.append(f"| {dclass} | {quality} | " + " | ".join(_cell(row.get(n, "")) for n in names) + " |")
         return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    """A preset value as pipeline.toml spells it (thousands grouped)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return f"{value:,}" if isinstance(value, int) else str(value)
 
 
 def resolved_record(params: Mapping[str, Any], resolved: Mapping[str, Any], *, device_class: str) -> dict:

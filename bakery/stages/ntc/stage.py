@@ -32,14 +32,40 @@ from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_
 #: measures it). ``bc_refresh`` (BC mode) is the steps between BC4 re-encodes. 2-bit latent
 #: codes beat 4-bit on every material at 8 bpp on the H200 (+0.90 dB on the set); on the
 #: CPU's few steps they leave a flat map near 35 dB where 4-bit codes decode it near-exact.
+#: On a GPU, sets of COHERENT_FROM texels and more train on patches with lazy latent
+#: updates (_fit_to_set).
+_CPU = {"patches": False, "latent_updates": "dense"}
+_GPU = {"batch": 1 << 18, "hidden": 64, "bc_refresh": 100, "latent_bits": 2, "patches": True, "latent_updates": "lazy"}
+COHERENT_FROM = 2048 * 2048
+
+
+def _fit_to_set(preset: dict, texels: int) -> dict:
+    """Patch samples with lazy latent updates only where the set is large: on the H200's
+    2048^2 set at 8 bpp they reach the default's quality at 6000 steps (28.65 against 28.66
+    dB) at 0.59 against 0.85-1.02 ms/step, while on the 256^2 sample sets they cost 0.13 dB
+    (bench/RESULTS.md, tenth session). Below COHERENT_FROM: independent texels, dense."""
+    if texels < COHERENT_FROM:
+        return dict(preset, patches=False, latent_updates="dense")
+    return preset
+
+
+def sample_layout(params: dict, given: dict) -> dict:
+    """Lines asked for take the place of automatic patches; both asked for is an error."""
+    if params["line_texels"] and params["patches"]:
+        if given.get("patches", AUTO) != AUTO:
+            raise UsageError("patches and line_texels are two sample layouts: set one of them", key="params.patches")
+        return dict(params, patches=False)
+    return params
+
+
 PRESETS = Presets({
-    "cpu": {"preview": {"steps": 150, "batch": 1 << 12, "hidden": 32, "bc_refresh": 25, "latent_bits": 4},
-            "production": {"steps": 300, "batch": 1 << 12, "hidden": 32, "bc_refresh": 25, "latent_bits": 4},
-            "final": {"steps": 1000, "batch": 1 << 12, "hidden": 32, "bc_refresh": 50, "latent_bits": 4}},
-    "gpu": {"preview": {"steps": 3000, "batch": 1 << 18, "hidden": 64, "bc_refresh": 100, "latent_bits": 2},
-            "production": {"steps": 6000, "batch": 1 << 18, "hidden": 64, "bc_refresh": 100, "latent_bits": 2},
-            "final": {"steps": 20000, "batch": 1 << 18, "hidden": 64, "bc_refresh": 100, "latent_bits": 2}},
-})
+    "cpu": {"preview": {"steps": 150, "batch": 1 << 12, "hidden": 32, "bc_refresh": 25, "latent_bits": 4, **_CPU},
+            "production": {"steps": 300, "batch": 1 << 12, "hidden": 32, "bc_refresh": 25, "latent_bits": 4, **_CPU},
+            "final": {"steps": 1000, "batch": 1 << 12, "hidden": 32, "bc_refresh": 50, "latent_bits": 4, **_CPU}},
+    "gpu": {"preview": {"steps": 3000, **_GPU},
+            "production": {"steps": 6000, **_GPU},
+            "final": {"steps": 20000, **_GPU}},
+}, fit=_fit_to_set)
 WEIGHT_RANGE = (0.25, 8.0)
 FREEZE_FRACTION = 0.05
 NEAR_LOSSLESS_DB = 50.0
@@ -69,7 +95,7 @@ def bcn_weights(report: dict, roles, channels: dict[str, int]) -> dict[str, floa
 @register
 class NeuralTextureCompression(Stage):
     type_name = "ntc"
-    version = "2"
+    version = "3"
     description = "compress a material's texture set (with mips) into latent textures + a decoder MLP"
     input_roles = tuple(ROLES)
     params = (
@@ -89,12 +115,12 @@ class NeuralTextureCompression(Stage):
         Param("pe_octaves", int, 3, "texel position-encoding octaves", min=1, max=6),
         Param("lr", float, 5e-3, "decoder learning rate", min=1e-6, max=1.0),
         Param("latent_lr", float, 2e-2, "latent learning rate", min=1e-6, max=1.0),
-        Param("latent_updates", str, "dense", "Adam over every latent each step (dense), or only over those the "
+        Param("latent_updates", str, AUTO, "Adam over every latent each step (dense), or only over those the "
               "step's samples touched (lazy: sparse updates, less memory traffic)", choices=("dense", "lazy")),
         Param("line_texels", int, 0, "train on lines of this many consecutive texels of one mip (RTXNTC's "
               "coherent batches: fewer distinct latents per step); 0: independent texels", choices=(0, 8, 16, 32)),
-        Param("patches", bool, False, "train on patches of texels of one mip (16 x 8 on a GPU), one per workgroup, "
-              "whose latent gradients are summed on the chip before one global add per latent (GPU speed)"),
+        Param("patches", bool, AUTO, "train on patches of texels of one mip (16 x 8 on a GPU), one per workgroup: "
+              "neighbouring threads read and add the same latents (GPU speed on large sets)"),
         Param("noise_fraction", float, 0.0, "packed mode: fraction of steps trained with uniform latent noise "
               "instead of rounding; the latents freeze for the last FREEZE_FRACTION", min=0.0, max=1.0),
         Param("bc_refresh", int, AUTO, "BC mode: steps between BC4 re-encodes of the latents", min=1, max=100_000),
@@ -111,11 +137,10 @@ class NeuralTextureCompression(Stage):
         material = load_material(dict(inp.files))
         h, w, c = material.image.shape
         dclass = device_class(ctx.device)
-        given, params = params, PRESETS.resolve(params, device_class=dclass)
+        given, params = params, PRESETS.resolve(params, device_class=dclass, size=h * w)
         if params["latents"] == "bc":  # BC4 holds 4-bit codes whatever the preset says
             params = dict(params, latent_bits=4)
-        if params["patches"] and params["line_texels"]:
-            raise UsageError("patches and line_texels are two sample layouts: set one of them", key="params.patches")
+        params = sample_layout(params, given)
         steps, batch, refresh, hidden = params["steps"], params["batch"], params["bc_refresh"], params["hidden"]
         rate_kw = dict(hidden=hidden, layers=params["layers"], pe_octaves=params["pe_octaves"],
                        bits=params["latent_bits"], mips=params["mips"],
