@@ -111,9 +111,7 @@ def run(stage, inputs, out_dir, param_items, seed, device_kind):
     from bakery.stages import StageInput, get_stage
 
     stage_cls = get_stage(stage, key="STAGE")
-    from bakery.stages import resolve_params
-
-    resolve_params(stage_cls.params, _parse_params(param_items), key_prefix="--param")
+    stage_cls.resolve(_parse_params(param_items), key_prefix="--param")
     roles = stage_cls.input_roles
     if len(inputs) == 1 and Path(inputs[0]).is_dir() and len(roles) > 1:
         files = role_files(Path(inputs[0]), roles)

@@ -30,13 +30,15 @@ command_of() {
     ntc_scatter)     echo "python3 bench/ntc.py --device vulkan --bpp --big 2048 --big-steps 1000 --check 500" \
                           "--big-scatter thread staged none --big-samples texels lines --out bench/out/ntc_scatter.json" ;;
     ntc_updates)     echo "python3 bench/ntc.py --device vulkan --bpp --big 2048 --big-steps 3000 --check 500" \
-                          "--big-scatter staged --big-samples texels lines8 --big-updates dense lazy" \
+                          "--big-scatter staged --big-samples texels lines8 patches --big-updates dense lazy" \
                           "--out bench/out/ntc_updates.json" ;;
-    # quality at 8 bpp at full length: the default, the two speed options, the backward
-    # pass as cooperative-matrix tiles
+    # quality at 8 bpp at full length: the default, the speed options (lines, patches), the
+    # backward pass as cooperative-matrix tiles
     ntc_options)     echo "python3 bench/ntc.py --device vulkan --bpp 8 --out bench/out/ntc_default.json &&" \
                           "python3 bench/ntc.py --device vulkan --bpp 8 --param latent_updates=lazy" \
                           "--param line_texels=8 --out bench/out/ntc_lazy_lines8.json &&" \
+                          "python3 bench/ntc.py --device vulkan --bpp 8 --param latent_updates=lazy" \
+                          "--param patches=true --out bench/out/ntc_lazy_patches.json &&" \
                           "python3 bench/ntc.py --device vulkan --bpp 8 --out bench/out/ntc_tiles.json" \
                           "--reduction '{\"group\": 128, \"mode\": \"splitk\", \"reduce\": \"mma\"," \
                           "\"reduce_groups\": 132, \"unroll\": 2, \"backward\": \"mma\"}'" ;;

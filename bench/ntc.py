@@ -135,7 +135,7 @@ def _quality_rows(a, dev, stage, log, folder) -> list[dict]:
     return rows
 
 
-#: --big-samples: LatentTextureFit's sample layout (line_texels 0: independent texels)
+#: --big-samples: LatentTextureFit's sample layout per name (texels: independent texels)
 SAMPLE_LAYOUTS = {"texels": {}, "lines": {"line_texels": 32}, "lines16": {"line_texels": 16},
                   "lines8": {"line_texels": 8}, "patches": {"patches": True}}
 
@@ -245,11 +245,13 @@ def main() -> int:
     p.add_argument("--big-scatter", nargs="+", choices=("auto", *LATENT_SCATTER), default=["auto"],
                    help="latent-gradient scatters of the speed set, one run each (auto: staged on a GPU, per "
                         "thread on the CPU; none: a diagnostic, the latents do not train)")
-    p.add_argument("--big-samples", nargs="+", choices=tuple(SAMPLE_LAYOUTS), default=["texels"],
+    p.add_argument("--big-samples", nargs="+", choices=tuple(SAMPLE_LAYOUTS), default=["patches"],
                    help="speed set training samples, one run each: independent texels, lines of N texels "
-                        "(lines: 32), or a patch of texels per workgroup")
-    p.add_argument("--big-updates", nargs="+", choices=("dense", "lazy"), default=["dense"],
-                   help="speed set latent Adam, one run each: every latent each step, or only the touched ones")
+                        "(lines: 32), or a patch of texels per workgroup (the default: the ntc stage's choice on "
+                        "a GPU from 2048^2 up)")
+    p.add_argument("--big-updates", nargs="+", choices=("dense", "lazy"), default=["lazy"],
+                   help="speed set latent Adam, one run each: every latent each step, or only the touched ones "
+                        "(the default, with patches)")
     p.add_argument("--check", type=int, default=1000)
     p.add_argument("--reduction", help="CoopVec gradient reduction: JSON, or bench/grad_reduction.py's output file")
     p.add_argument("--out", default=str(ROOT / "bench" / "out" / "ntc.json"))

@@ -63,7 +63,10 @@ def test_auto_params_resolve_per_quality_and_are_recorded(bundle, device):
     m = json.loads((bundle[1] / "manifest.json").read_text())
     rp = m["resolved_params"]
     dclass = "cpu" if device.info.software else "gpu"
-    assert (rp["device_class"], rp["quality"], rp["auto"]) == (dclass, "preview", ["bc_refresh"])
+    assert (rp["device_class"], rp["quality"], rp["auto"]) == (dclass, "preview",
+                                                              ["bc_refresh", "latent_updates", "patches"])
+    # a 64^2 set is under COHERENT_FROM: independent texels, dense updates on every device
+    assert (rp["values"]["patches"], rp["values"]["latent_updates"]) == (False, "dense")
     assert rp["values"]["bc_refresh"] == PRESETS.table[dclass]["preview"]["bc_refresh"]
     assert (rp["values"]["steps"], rp["values"]["batch"], rp["values"]["hidden"]) == (200, 4096, 16)  # explicit wins
     training = m["ntc"]["training"]
@@ -335,7 +338,7 @@ def test_bad_material_input(case, tmp_path):
     args = ["run", "ntc", mat, "-o", tmp_path / "out", "--param", "steps=1", "--param", "baseline=false"]
     expect = {"sizes": "must share a size", "bpp_range": "bpp", "too_low_bpp": "too low",
               "unknown_role": "", "unreadable": "albedo", "zero_steps": "steps: 0 is out of range",
-              "two_layouts": "params.patches"}[case]
+              "two_layouts": "patches: patches and line_texels are two sample layouts"}[case]
     if case == "sizes":
         (mat / "ao.png").write_bytes(encode_png(np.zeros((8, 8, 1), np.float32)))
     elif case == "bpp_range":
@@ -457,12 +460,12 @@ LAYOUTS = {"texels": {}, "lines": {"line_texels": 32}, "lines8": {"line_texels":
 @pytest.mark.parametrize("steps,layout,size", [(1, "texels", 32), (1, "lines", 32), (3, "lines", 32),
                                                (1, "lines8", 32), (1, "patches", 32), (3, "patches", 48)])
 def test_staged_latent_scatter_gives_the_same_bits(device, steps, layout, size):
-    """The workgroup-staged latent-gradient scatter (the GPU default; with lines and
-    patches one add per run of equal cells) adds the same fixed-point values as the
-    per-thread one, so the latents after a step are identical (after several steps too
-    where the network's own gradients are exact: the portable backend), for every sample
-    layout; line and patch samples are other samples than independent texels. The 48^2
-    set has mips smaller than a patch (patches wrap)."""
+    """The workgroup-staged latent-gradient scatter (the GPU default) adds the same
+    fixed-point values as the per-thread one, so the latents after a step are identical
+    (after several steps too where the network's own gradients are exact: the portable
+    backend), for every sample layout; line and patch samples are other samples than
+    independent texels. Both sets have mips smaller than a patch (patches wrap), the 48^2
+    one of odd sizes."""
     from bakery.materials import load_material
     from bakery.nn.optimizers import Adam
     from bakery.nn.trainer import TrainConfig, Trainer
@@ -499,9 +502,10 @@ def test_large_sets_on_a_gpu_train_on_patches_with_lazy_updates():
     """auto: patches and lazy latent updates on a GPU from 2048^2 texels up, where they
     matched the default's quality at 1.4x its speed; independent texels and dense updates
     below, and everywhere on the CPU. Explicit values win; lines asked for replace the
-    automatic patches, and both asked for is one clear error."""
+    automatic patches, and both asked for is refused as the parameters resolve (before any
+    work), naming the key."""
     from bakery.errors import UsageError
-    from bakery.stages.ntc.stage import PRESETS, sample_layout
+    from bakery.stages.ntc.stage import PRESETS, NeuralTextureCompression, sample_layout
     from bakery.stages.params import AUTO
 
     given = {"quality": "production", "patches": AUTO, "latent_updates": AUTO, "line_texels": 0}
@@ -516,11 +520,13 @@ def test_large_sets_on_a_gpu_train_on_patches_with_lazy_updates():
     assert layout("cpu", 4096 * 4096) == (False, "dense")
     assert layout("gpu", 2048 * 2048, patches=False, latent_updates="dense") == (False, "dense")
     assert layout("gpu", 256 * 256, latent_updates="lazy") == (False, "lazy")
-    lines = {**given, "line_texels": 8}
-    resolved = PRESETS.resolve(lines, device_class="gpu", size=2048 * 2048)
-    assert sample_layout(resolved, lines)["patches"] is False
-    with pytest.raises(UsageError, match="two sample layouts"):
-        sample_layout(dict(resolved, patches=True), {**lines, "patches": True})
+    resolved = PRESETS.resolve({**given, "line_texels": 8}, device_class="gpu", size=2048 * 2048)
+    assert resolved["patches"] is True and sample_layout(resolved)["patches"] is False
+    assert sample_layout(dict(resolved, line_texels=0))["patches"] is True
+    NeuralTextureCompression.resolve({"line_texels": 8})          # automatic patches give way
+    with pytest.raises(UsageError, match="two sample layouts") as e:
+        NeuralTextureCompression.resolve({"line_texels": 8, "patches": True}, key_prefix="stages.big.params")
+    assert e.value.key == "stages.big.params.patches"
 
 
 def test_patches_and_lines_are_exclusive(device):

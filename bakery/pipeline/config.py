@@ -398,7 +398,7 @@ def _check_unique(insts: list[Asset], c: _Collector, key: str) -> None:
 
 def _load_stages(table: Any, pipe: Pipeline, declared_assets: set[str], c: _Collector) -> dict[str, StageDecl]:
     from bakery.pipeline.gates import parse_require
-    from bakery.stages import get_stage, resolve_params
+    from bakery.stages import get_stage
 
     if not isinstance(table, dict):
         c.add("stages", "expected tables [stages.NAME]")
@@ -430,7 +430,7 @@ def _load_stages(table: Any, pipe: Pipeline, declared_assets: set[str], c: _Coll
         params = None
         if _expect(c, f"{key}.params", raw, dict, "a table of parameters"):
             try:
-                params = resolve_params(stage_cls.params, raw, key_prefix=f"{key}.params")
+                params = stage_cls.resolve(raw, key_prefix=f"{key}.params")
             except UsageError as e:
                 c.add_usage(e)
         require = parse_require(decl["require"], f"{key}.require", c.add, c.where) if "require" in decl else []

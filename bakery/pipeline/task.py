@@ -16,7 +16,6 @@ from typing import Any, Callable, Sequence
 
 from bakery.errors import BakeryError, TaskError, UsageError
 from bakery.stages.base import Stage, StageContext, StageInput, StageResult
-from bakery.stages.params import resolve_params
 
 
 def _no_progress(*args: Any, **kwargs: Any) -> None:
@@ -54,7 +53,7 @@ def run_task(stage_cls: type[Stage], inputs: Sequence[StageInput], raw_params: d
     :class:`~bakery.errors.TaskError` (one line) when the stage fails; in both cases
     ``out_dir`` is left exactly as it was. Returns the bundle manifest.
     """
-    params = resolve_params(stage_cls.params, raw_params or {}, where=where)
+    params = stage_cls.resolve(raw_params or {}, where=where)
     from bakery.formats.bundle import BundleWriter, atomic_publish, symbol_prefix
 
     out_dir = Path(out_dir).absolute()

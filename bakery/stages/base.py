@@ -17,7 +17,7 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from bakery.stages.params import Param
+from bakery.stages.params import Param, resolve_params
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,19 @@ class Stage:
     joins_inputs: ClassVar[bool] = False
     #: Whether the stage needs a GPU device at all (cache key includes the device class).
     uses_device: ClassVar[bool] = True
+
+    @classmethod
+    def resolve(cls, given: Mapping[str, Any], *, where: str | None = None, key_prefix: str = "params") -> dict:
+        """The stage's parameters from ``given`` (schema, defaults) with the rules between
+        them checked (check_params): every caller refuses bad parameters before any work."""
+        params = resolve_params(cls.params, given, where=where, key_prefix=key_prefix)
+        cls.check_params(params, where=where, key_prefix=key_prefix)
+        return params
+
+    @classmethod
+    def check_params(cls, params: Mapping[str, Any], *, where: str | None = None, key_prefix: str = "params") -> None:
+        """Raises UsageError (key ``key_prefix.NAME``) where parameters contradict each
+        other, which one parameter's schema cannot say. None by default."""
 
     def run(self, ctx: StageContext, inputs: Sequence[StageInput], params: Mapping[str, Any]) -> StageResult:
         raise NotImplementedError

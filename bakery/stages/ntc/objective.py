@@ -183,8 +183,8 @@ class LatentTextureFit(TexelObjective):
             raise ValueError(f"line_texels must be 0 (independent texels) or up to 256, got {line_texels}")
         self.line_texels = int(line_texels) if line_texels > 1 else 0
         #: Training samples in patches of texels of one mip, one per workgroup
-        #: (ntc_fit.slang BK_NTC_PATCHES): the most coherent layout, for the fewest latent
-        #: reads and adds.
+        #: (ntc_fit.slang BK_NTC_PATCHES): the most coherent layout, whose latent reads and
+        #: adds fall on the fewest cells.
         if patches and self.line_texels:
             raise ValueError("patches and line_texels are two sample layouts: choose one")
         self.patches = bool(patches)

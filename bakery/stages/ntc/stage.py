@@ -29,7 +29,7 @@ from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_
 #: What ``auto`` means. At ``production`` the CPU (lavapipe) row keeps a 256^2 set under a
 #: minute (32 s warm, 42 s with cold Slang and Mesa caches, on a shared 2-core machine), the
 #: GPU row aims at production quality on a 2048^2 set in < 2 minutes (bench/ntc.py
-#: measures it). ``bc_refresh`` (BC mode) is the steps between BC4 re-encodes. 2-bit latent
+#: --big 2048 --big-samples patches --big-updates lazy measures it). ``bc_refresh`` (BC mode) is the steps between BC4 re-encodes. 2-bit latent
 #: codes beat 4-bit on every material at 8 bpp on the H200 (+0.90 dB on the set); on the
 #: CPU's few steps they leave a flat map near 35 dB where 4-bit codes decode it near-exact.
 #: On a GPU, sets of COHERENT_FROM texels and more train on patches with lazy latent
@@ -42,20 +42,18 @@ COHERENT_FROM = 2048 * 2048
 def _fit_to_set(preset: dict, texels: int) -> dict:
     """Patch samples with lazy latent updates only where the set is large: on the H200's
     2048^2 set at 8 bpp they reach the default's quality at 6000 steps (28.65 against 28.66
-    dB) at 0.59 against 0.85-1.02 ms/step, while on the 256^2 sample sets they cost 0.13 dB
-    (bench/RESULTS.md, tenth session). Below COHERENT_FROM: independent texels, dense."""
+    dB) at 0.59 against 0.85-1.02 ms/step, while on the 256^2 sample sets the two together
+    cost 0.13 dB (bench/RESULTS.md, tenth session). Below COHERENT_FROM: independent
+    texels, dense updates."""
     if texels < COHERENT_FROM:
         return dict(preset, patches=False, latent_updates="dense")
     return preset
 
 
-def sample_layout(params: dict, given: dict) -> dict:
-    """Lines asked for take the place of automatic patches; both asked for is an error."""
-    if params["line_texels"] and params["patches"]:
-        if given.get("patches", AUTO) != AUTO:
-            raise UsageError("patches and line_texels are two sample layouts: set one of them", key="params.patches")
-        return dict(params, patches=False)
-    return params
+def sample_layout(params: dict) -> dict:
+    """Lines asked for take the place of automatic patches (both asked for is refused
+    before the run: NeuralTextureCompression.check_params)."""
+    return dict(params, patches=False) if params["line_texels"] else params
 
 
 PRESETS = Presets({
@@ -119,8 +117,8 @@ class NeuralTextureCompression(Stage):
               "step's samples touched (lazy: sparse updates, less memory traffic)", choices=("dense", "lazy")),
         Param("line_texels", int, 0, "train on lines of this many consecutive texels of one mip (RTXNTC's "
               "coherent batches: fewer distinct latents per step); 0: independent texels", choices=(0, 8, 16, 32)),
-        Param("patches", bool, AUTO, "train on patches of texels of one mip (16 x 8 on a GPU), one per workgroup: "
-              "neighbouring threads read and add the same latents (GPU speed on large sets)"),
+        Param("patches", bool, AUTO, "train on patches of texels of one mip (16 x 8 at 128 threads), one per "
+              "workgroup: neighbouring threads read and add the same latents (GPU speed on large sets)"),
         Param("noise_fraction", float, 0.0, "packed mode: fraction of steps trained with uniform latent noise "
               "instead of rounding; the latents freeze for the last FREEZE_FRACTION", min=0.0, max=1.0),
         Param("bc_refresh", int, AUTO, "BC mode: steps between BC4 re-encodes of the latents", min=1, max=100_000),
@@ -132,6 +130,12 @@ class NeuralTextureCompression(Stage):
         *_weight_params(),
     )
 
+    @classmethod
+    def check_params(cls, params, *, where=None, key_prefix="params") -> None:
+        if params["patches"] is True and params["line_texels"]:
+            raise UsageError("patches and line_texels are two sample layouts: set one of them", where=where,
+                             key=f"{key_prefix}.patches")
+
     def run(self, ctx, inputs, params) -> StageResult:
         (inp,) = inputs
         material = load_material(dict(inp.files))
@@ -140,7 +144,7 @@ class NeuralTextureCompression(Stage):
         given, params = params, PRESETS.resolve(params, device_class=dclass, size=h * w)
         if params["latents"] == "bc":  # BC4 holds 4-bit codes whatever the preset says
             params = dict(params, latent_bits=4)
-        params = sample_layout(params, given)
+        params = sample_layout(params)
         steps, batch, refresh, hidden = params["steps"], params["batch"], params["bc_refresh"], params["hidden"]
         rate_kw = dict(hidden=hidden, layers=params["layers"], pe_octaves=params["pe_octaves"],
                        bits=params["latent_bits"], mips=params["mips"],
