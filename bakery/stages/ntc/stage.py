@@ -28,10 +28,10 @@ from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_
 
 #: What ``auto`` means. At ``production`` the CPU (lavapipe) row keeps a 256^2 set under a
 #: minute (32 s warm, 42 s with cold Slang and Mesa caches, on a shared 2-core machine), the
-#: GPU row aims at production quality on a 2048^2 set in < 2 minutes (bench/ntc.py
-#: --big 2048 --big-samples patches --big-updates lazy measures it). ``bc_refresh`` (BC mode) is the steps between BC4 re-encodes. 2-bit latent
-#: codes beat 4-bit on every material at 8 bpp on the H200 (+0.90 dB on the set); on the
-#: CPU's few steps they leave a flat map near 35 dB where 4-bit codes decode it near-exact.
+#: GPU row aims at production quality on a 2048^2 set in < 2 minutes (`bench/ntc.py --big
+#: 2048` measures it). ``bc_refresh`` (BC mode) is the steps between BC4 re-encodes. 2-bit
+#: latent codes beat 4-bit on every material at 8 bpp on the H200 (+0.90 dB on the set); on
+#: the CPU's few steps they leave a flat map near 35 dB where 4-bit codes decode it near-exact.
 #: On a GPU, sets of COHERENT_FROM texels and more train on patches with lazy latent
 #: updates (_fit_to_set).
 _CPU = {"patches": False, "latent_updates": "dense"}
