@@ -293,7 +293,7 @@ def main() -> int:
         result["speed"] = speed(a, dev)
         for s in result["speed"]:
             print(f"{a.big}^2 set at {s['bpp']:.2f} bpp ({s['latent_bits']}-bit codes, {s['features']} features, "
-                  f"{_variant(s['latent_scatter'], s['line_texels'], s.get('patches', False), s['lazy_latents'])}): "
+                  f"{_variant(s['latent_scatter'], s['line_texels'], s['patches'], s['lazy_latents'])}): "
                   f"{s['ms_per_step']:.3f} ms/step, GPU us {s['gpu_us_per_phase']}; set PSNR (mean MSE) final "
                   f"{s['final_set_psnr']:.2f} dB after {s['time_to_final_s']:.1f} s, best {s['best_set_psnr']:.2f} dB "
                   f"(step {s['best_step']}) after {s['time_to_best_s']:.1f} s, within 1.5 dB of final after "

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from bakery.device import open_device  # noqa: E402
 from bakery.nn import parameters  # noqa: E402
-from bakery.formats.images import encode_png, to_uint8  # noqa: E402
+from bakery.formats.images import encode_png, set_psnr, to_uint8  # noqa: E402
 from bakery.nn.encodings import FrequencyEncoding  # noqa: E402
 from bakery.nn.network import NetworkSpec  # noqa: E402
 from bakery.nn.optimizers import Adam  # noqa: E402
@@ -122,13 +122,12 @@ def run_peer(a, image_path: Path, mode: str, seed: int = 0) -> dict | None:
 
 
 def over_seeds(runs: list[dict]) -> dict:
-    """One side's runs over the seeds: median time, PSNR of the mean squared error (never
-    a mean of dB), the lowest and highest run's PSNR."""
-    mse = float(np.mean([10 ** (-r["psnr_db"] / 10) for r in runs]))
+    """One side's runs over the seeds: median time, PSNR of the mean squared error
+    (set_psnr, never a mean of dB), the lowest and highest run's PSNR."""
     ms = float(np.median([r["ms_per_step"] for r in runs]))
     return {"impl": runs[0]["impl"], "seeds": len(runs), "ms_per_step": round(ms, 4),
             "samples_per_s": round(runs[0]["batch"] / (ms * 1e-3)),
-            "psnr_db": round(-10 * math.log10(mse), 3), "psnr_db_min": min(r["psnr_db"] for r in runs),
+            "psnr_db": round(set_psnr([r["psnr_db"] for r in runs]), 3), "psnr_db_min": min(r["psnr_db"] for r in runs),
             "psnr_db_max": max(r["psnr_db"] for r in runs), "wall_s": round(sum(r["wall_s"] for r in runs), 3),
             "runs": runs}
 
