@@ -457,15 +457,18 @@ def test_bcn_weighting_aims_every_texture_at_the_same_margin():
 LAYOUTS = {"texels": {}, "lines": {"line_texels": 32}, "lines8": {"line_texels": 8}, "patches": {"patches": True}}
 
 
-@pytest.mark.parametrize("steps,layout,size", [(1, "texels", 32), (1, "lines", 32), (3, "lines", 32),
-                                               (1, "lines8", 32), (1, "patches", 32), (3, "patches", 48)])
-def test_staged_latent_scatter_gives_the_same_bits(device, steps, layout, size):
+@pytest.mark.parametrize("steps,layout,size,bpp", [(1, "texels", 32, 16.0), (1, "lines", 32, 16.0),
+                                                   (3, "lines", 32, 16.0), (1, "lines8", 32, 16.0),
+                                                   (1, "patches", 32, 16.0), (3, "patches", 48, 16.0),
+                                                   (2, "patches", 96, 4.0), (1, "patches", 80, 16.0)])
+def test_staged_latent_scatter_gives_the_same_bits(device, steps, layout, size, bpp):
     """The workgroup-staged latent-gradient scatter (the GPU default) adds the same
     fixed-point values as the per-thread one, so the latents after a step are identical
     (after several steps too where the network's own gradients are exact: the portable
     backend), for every sample layout; line and patch samples are other samples than
-    independent texels. Both sets have mips smaller than a patch (patches wrap), the 48^2
-    one of odd sizes."""
+    independent texels. Every set has mips smaller than a patch (patches wrap, repeating
+    texels); the 48^2 one has odd sizes, the 96^2 and 80^2 ones mostly unwrapped patches
+    over coarser and finer latent grids."""
     from bakery.materials import load_material
     from bakery.nn.optimizers import Adam
     from bakery.nn.trainer import TrainConfig, Trainer
@@ -478,7 +481,7 @@ def test_staged_latent_scatter_gives_the_same_bits(device, steps, layout, size):
     mat = load_material({p.stem: p for p in sorted(folder.glob("*.png"))})
     image = mat.image[:size, :size]
     h, w, c = image.shape
-    point = choose(w, h, c, 16.0, hidden=16, layers=1, bits=4, pe_octaves=2)
+    point = choose(w, h, c, bpp, hidden=16, layers=1, bits=4, pe_octaves=2)
 
     def train(scatter: str, layout: str) -> np.ndarray:
         obj = LatentTextureFit(device, image, point.grid, normal_channel=mat.normal_channel, noise_steps=steps,
