@@ -19,7 +19,8 @@ Set figures are PSNRs of the mean MSE over the set's textures (bakery.formats.im
 set_psnr), never means of dB values: a constant map decodes to ~110 dB or inf and would
 swing a dB mean by 10+ dB. (The stage's own manifest still reports ``mean_psnr_db``, a
 mean of the finite dB values; this benchmark recomputes the set figure from MSE.)
-Prints the device, the settings, tables, and writes bench/out/ntc.json.
+Prints the device, the settings, tables, and writes bench/out/ntc.json (after each finished
+part: a run cut short keeps what it finished; each speed variant's line prints as it ends).
 
     python3 bench/ntc.py --device vulkan --big 2048 --big-steps 6000   # the H200 run
     python3 bench/ntc.py --device software --small                    # a minutes-scale CPU check
@@ -140,16 +141,18 @@ SAMPLE_LAYOUTS = {"texels": {}, "lines": {"line_texels": 32}, "lines16": {"line_
                   "lines8": {"line_texels": 8}, "patches": {"patches": True}}
 
 
-def speed(a, dev) -> list[dict]:
+def speed(a, dev):
     """The N^2 set trained once per requested variant (latent scatter x sample layout x
-    latent updates), the set made once."""
+    latent updates), the set made once; yields each variant's row as it finishes."""
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([sys.executable, str(ROOT / "scripts" / "make_assets.py"), "--out", tmp, "--size",
                         str(a.big)], check=True, capture_output=True)
         folder = sorted((Path(tmp) / "materials").iterdir())[0]
         mat = load_material(material_files(folder))
-    return [speed_run(a, dev, mat, scatter, samples, updates == "lazy")
-            for scatter in a.big_scatter for samples in a.big_samples for updates in a.big_updates]
+    for scatter in a.big_scatter:
+        for samples in a.big_samples:
+            for updates in a.big_updates:
+                yield speed_run(a, dev, mat, scatter, samples, updates == "lazy")
 
 
 def speed_run(a, dev, mat, scatter: str, samples: str, lazy: bool) -> dict:
@@ -282,6 +285,15 @@ def main() -> int:
     print(f"materials: {a.materials} cropped to {a.size or 'stored size'}, extra seeds {a.extra_seeds}; "
           f"stage params {a.param}", flush=True)
     result["settings"] = {"bpp": a.bpp, "extra_seeds": a.extra_seeds, "size": a.size, "params": a.param}
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:
+        """The JSON so far: a run cut by its caller's time limit keeps every finished part."""
+        part = out.with_name(out.name + ".part")
+        part.write_text(json.dumps(result, indent=2))
+        part.replace(out)
+
     if a.bpp:
         result["quality"] = quality(a, dev)
         table = markdown(result["quality"])
@@ -289,18 +301,19 @@ def main() -> int:
         md = Path(a.out).with_suffix(".md")
         md.parent.mkdir(parents=True, exist_ok=True)
         md.write_text(table)
+        save()
     if a.big:
-        result["speed"] = speed(a, dev)
-        for s in result["speed"]:
+        result["speed"] = []
+        for s in speed(a, dev):
+            result["speed"].append(s)
+            save()
             print(f"{a.big}^2 set at {s['bpp']:.2f} bpp ({s['latent_bits']}-bit codes, {s['features']} features, "
                   f"{_variant(s['latent_scatter'], s['line_texels'], s['patches'], s['lazy_latents'])}): "
                   f"{s['ms_per_step']:.3f} ms/step, GPU us {s['gpu_us_per_phase']}; set PSNR (mean MSE) final "
                   f"{s['final_set_psnr']:.2f} dB after {s['time_to_final_s']:.1f} s, best {s['best_set_psnr']:.2f} dB "
                   f"(step {s['best_step']}) after {s['time_to_best_s']:.1f} s, within 1.5 dB of final after "
-                  f"{s['preview_within_1p5db_s']:.1f} s")
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+                  f"{s['preview_within_1p5db_s']:.1f} s", flush=True)
+    save()
     return 0
 
 
