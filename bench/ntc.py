@@ -13,8 +13,9 @@ best and the final set PSNR with the training time to each, and to a preview wit
 the kernels, are trained but not timed), and the GPU time per phase of a step (training
 kernel, split-K sum, optimizers) from timestamps over 20 more steps; once per
 --big-scatter x --big-samples x --big-updates variant (e.g. `--big-scatter thread staged
-none --big-samples texels lines patches --big-updates dense lazy`: where the latent
-gradients' cost goes, what coherent samples save, what a lazy latent Adam saves).
+none --big-samples texels lines patches --big-updates dense lazy touched`: where the
+latent gradients' cost goes, what coherent samples save, what a lazy latent Adam saves, and
+what it saves reading only the cells the training kernel marked).
 Set figures are PSNRs of the mean MSE over the set's textures (bakery.formats.images.
 set_psnr), never means of dB values: a constant map decodes to ~110 dB or inf and would
 swing a dB mean by 10+ dB. (The stage's own manifest still reports ``mean_psnr_db``, a
@@ -152,10 +153,11 @@ def speed(a, dev):
     for scatter in a.big_scatter:
         for samples in a.big_samples:
             for updates in a.big_updates:
-                yield speed_run(a, dev, mat, scatter, samples, updates == "lazy")
+                yield speed_run(a, dev, mat, scatter, samples, updates)
 
 
-def speed_run(a, dev, mat, scatter: str, samples: str, lazy: bool) -> dict:
+def speed_run(a, dev, mat, scatter: str, samples: str, updates: str) -> dict:
+    lazy = updates != "dense"
     h, w, c = mat.image.shape
     # the code width the stage's preset gives this device (2-bit on a GPU, 4-bit on a CPU)
     bits = PRESETS.table[device_class(dev)][a.quality]["latent_bits"]
@@ -163,8 +165,9 @@ def speed_run(a, dev, mat, scatter: str, samples: str, lazy: bool) -> dict:
     t0 = time.perf_counter()
     obj = LatentTextureFit(dev, mat.image, point.grid, normal_channel=mat.normal_channel,
                            latent_scatter=None if scatter == "auto" else scatter, lazy_latents=lazy,
+                           touched_cells=updates == "touched",
                            **SAMPLE_LAYOUTS[samples])
-    print(f"  speed set: {_variant(obj.latent_scatter, obj.line_texels, obj.patches, lazy)}", flush=True)
+    print(f"  speed set: {_variant(obj.latent_scatter, obj.line_texels, obj.patches, updates)}", flush=True)
     tr = Trainer(dev, point.network, obj, TrainConfig(steps=a.big_steps, batch=a.big_batch, optimizer=Adam(lr=5e-3),
                                                       schedule="cosine", steps_per_submit=50))
     tr.train(20)  # compiles the pipelines; these steps count in the schedule, not in the times
@@ -191,7 +194,7 @@ def speed_run(a, dev, mat, scatter: str, samples: str, lazy: bool) -> dict:
     ms = train_s / (a.big_steps - 20) * 1e3
     return {"size": a.big, "bpp": point.bpp, "latent_bits": bits, "features": point.grid.features,
             "latent_scatter": obj.latent_scatter, "line_texels": obj.line_texels, "patches": obj.patches,
-            "lazy_latents": lazy,
+            "lazy_latents": lazy, "latent_updates": updates,
             "steps": a.big_steps,
             "batch": a.big_batch, "ms_per_step": round(ms, 4),
             "final_set_psnr": final["set_psnr"], "time_to_final_s": final["train_s"],
@@ -201,10 +204,10 @@ def speed_run(a, dev, mat, scatter: str, samples: str, lazy: bool) -> dict:
             "wall_s": round(time.perf_counter() - t0, 2)}
 
 
-def _variant(scatter: str, line_texels: int, patches: bool, lazy: bool) -> str:
+def _variant(scatter: str, line_texels: int, patches: bool, updates: str) -> str:
     samples = f"lines of {line_texels}" if line_texels else "patches" if patches else "texel samples"
     return (f"{scatter} latent scatter, {samples}, "
-            f"{'lazy' if lazy else 'dense'} latent updates")
+            f"{'lazy over marked cells' if updates == 'touched' else updates} latent updates")
 
 
 def markdown(rows: list[dict]) -> str:
@@ -252,9 +255,10 @@ def main() -> int:
                    help="speed set training samples, one run each: independent texels, lines of N texels "
                         "(lines: 32), or a patch of texels per workgroup (the default: the ntc stage's choice on "
                         "a GPU from 2048^2 up)")
-    p.add_argument("--big-updates", nargs="+", choices=("dense", "lazy"), default=["lazy"],
-                   help="speed set latent Adam, one run each: every latent each step, or only the touched ones "
-                        "(the default, with patches)")
+    p.add_argument("--big-updates", nargs="+", choices=("dense", "lazy", "touched"), default=["lazy"],
+                   help="speed set latent Adam, one run each: every latent each step, only those with a "
+                        "gradient (lazy: the default, with patches), or lazy reading only the cells the training "
+                        "kernel marked (touched)")
     p.add_argument("--check", type=int, default=1000)
     p.add_argument("--reduction", help="CoopVec gradient reduction: JSON, or bench/grad_reduction.py's output file")
     p.add_argument("--out", default=str(ROOT / "bench" / "out" / "ntc.json"))
@@ -308,7 +312,7 @@ def main() -> int:
             result["speed"].append(s)
             save()
             print(f"{a.big}^2 set at {s['bpp']:.2f} bpp ({s['latent_bits']}-bit codes, {s['features']} features, "
-                  f"{_variant(s['latent_scatter'], s['line_texels'], s['patches'], s['lazy_latents'])}): "
+                  f"{_variant(s['latent_scatter'], s['line_texels'], s['patches'], s['latent_updates'])}): "
                   f"{s['ms_per_step']:.3f} ms/step, GPU us {s['gpu_us_per_phase']}; set PSNR (mean MSE) final "
                   f"{s['final_set_psnr']:.2f} dB after {s['time_to_final_s']:.1f} s, best {s['best_set_psnr']:.2f} dB "
                   f"(step {s['best_step']}) after {s['time_to_best_s']:.1f} s, within 1.5 dB of final after "

@@ -179,7 +179,7 @@ class Trainer:
             glr = learning_rate(c.schedule, g.lr, self.step, c.steps, c.final_lr_ratio)
             self._adam_plain.dispatch([g.count, 1, 1], vars=g.optimizer_vars(), command_encoder=encoder,
                                       u=c.optimizer.uniforms(self.step + 1, glr, g.count, g.grad_scale),
-                                      lo=g.lo, hi=g.hi, lazy=int(g.lazy), **c.optimizer.plain_uniforms())
+                                      **g.optimizer_uniforms(self.step), **c.optimizer.plain_uniforms())
         self._mark(encoder, "optimizer")
         self.step += 1
 

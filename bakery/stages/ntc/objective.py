@@ -150,7 +150,7 @@ class LatentTextureFit(TexelObjective):
     def __init__(self, device, image: np.ndarray, grid: LatentGridSpec, *, channel_weights=None,
                  normal_channel: int = -1, latent_lr: float = 2e-2, seed: int = 0, noise_steps: int = 0,
                  latent_scatter: str | None = None, line_texels: int = 0, patches: bool = False,
-                 lazy_latents: bool = False):
+                 lazy_latents: bool = False, touched_cells: bool = False):
         if image.shape[:2] != (grid.height, grid.width):
             raise ValueError("latent grid spec is for another texture size")
         self.grid, self.normal_channel = grid, normal_channel
@@ -170,9 +170,13 @@ class LatentTextureFit(TexelObjective):
         self._levels = make_buffer(device, np.asarray(lv, np.uint32).reshape(-1))
         rng = np.random.default_rng(seed ^ 0x5EED)
         #: lazy_latents: Adam skips latents whose gradient this step is exactly zero, i.e. no
-        #: sample read them (PlainParameters.lazy).
+        #: sample read them (PlainParameters.lazy). touched_cells (lazy only): the training
+        #: kernel marks the latent cells it adds to, and the lazy Adam reads only their
+        #: gradients (PlainParameters.touch_group): the same updates.
+        if touched_cells and not lazy_latents:
+            raise ValueError("touched_cells marks cells for lazy latent updates: it needs lazy_latents")
         self.latents = PlainParameters(device, rng.uniform(0.3, 0.7, grid.latent_count), lr=latent_lr, lo=0.0, hi=1.0,
-                                       lazy=lazy_latents)
+                                       lazy=lazy_latents, touch_group=grid.features if touched_cells else 0)
         # BC mode: decoded-minus-raw of the last block-compression pass (straight-through offset)
         self._delta = make_buffer(device, np.zeros(max(1, grid.latent_count), np.float32))
         #: Training samples in lines of this many consecutive texels of one mip
@@ -207,10 +211,12 @@ class LatentTextureFit(TexelObjective):
                 f"#define BK_LOD_SCALE {LOD_INPUT_SCALE}\n#define BK_NORMAL_CHANNEL {self.normal_channel}\n"
                 f"#define BK_NTC_SCATTER {LATENT_SCATTER.index(self.latent_scatter)}\n"
                 f"#define BK_NTC_LINES {self.line_texels}\n#define BK_NTC_PATCHES {int(self.patches)}\n"
+                f"#define BK_NTC_TOUCHED {int(self.latents.touch_group > 0)}\n"
                 '#include "stages/ntc/ntc_fit.slang"\n')
 
     def vars(self) -> dict:
         return dict(super().vars(), g_latents=self.latents.params, g_latent_grads=self.latents.grads,
+                    g_latent_touched=self.latents.touched,
                     g_latent_delta=self._delta, g_mips=self._mips, g_levels=self._levels)
 
     def param_groups(self) -> list:
@@ -218,7 +224,7 @@ class LatentTextureFit(TexelObjective):
 
     def uniforms(self, step: int, batch: int, seed: int) -> dict:
         return dict(super().uniforms(step, batch, seed), total_texels=self.total_texels, lod=0,
-                    noise=int(step < self.noise_steps))
+                    noise=int(step < self.noise_steps), touched=self.latents.touched_half(step))
 
     def set_block_compression_delta(self, delta: np.ndarray) -> None:
         self._delta.copy_from_numpy(np.ascontiguousarray(delta, np.float32))
