@@ -5,7 +5,7 @@
 #
 #   bash bench/all.sh NAME[:SECONDS] ...
 #
-# NAME: suite | mipmap | fit | procedural | train_texture | ntc | ntc_scatter | ntc_updates | ntc_options |
+# NAME: suite | mipmap | fit | procedural | train_texture | ntc | ntc_scatter | ntc_updates | ntc_touched | ntc_options |
 #       backward_anatomy | neural_material | runners | scale
 # Prepare the machine first (see README): source .device/setup.sh and install .whl/*.whl.
 set -u
@@ -33,6 +33,9 @@ command_of() {
     ntc_updates)     echo "python3 bench/ntc.py --device vulkan --bpp --big 2048 --big-steps 3000 --check 500" \
                           "--big-scatter staged --big-samples texels lines8 patches --big-updates dense lazy" \
                           "--out bench/out/ntc_updates.json" ;;
+    # the large-set default's lazy Adam reading every gradient, against only the marked cells
+    ntc_touched)     echo "python3 bench/ntc.py --device vulkan --bpp --big 2048 --big-steps 1000 --check 500" \
+                          "--big-samples patches --big-updates lazy touched --out bench/out/ntc_touched.json" ;;
     # quality at 8 bpp at full length: the default, the speed options (lines, patches), the
     # backward pass as cooperative-matrix tiles
     ntc_options)     echo "python3 bench/ntc.py --device vulkan --bpp 8 --out bench/out/ntc_default.json &&" \

@@ -36,6 +36,17 @@ def _ntc(dev):
                                            lazy_latents=True)
 
 
+def _ntc_patches(dev):
+    """The large-set choice (patches, lazy updates), reading only the marked latent cells."""
+    from bakery.stages.ntc.objective import LatentTextureFit
+    from bakery.stages.ntc.rate import choose
+
+    image = np.random.default_rng(0).random((32, 32, 4), dtype=np.float32)
+    point = choose(32, 32, 4, 16.0, hidden=16, layers=1, bits=4, pe_octaves=2)
+    return point.network, LatentTextureFit(dev, image, point.grid, latent_scatter="staged", patches=True,
+                                           lazy_latents=True, touched_cells=True)
+
+
 def _material(dev):
     from bakery.shading.layered import LayerConstants
     from bakery.stages.neural_material.objective import MaterialDistillation, make_stack
@@ -46,7 +57,8 @@ def _material(dev):
 
 
 @pytest.mark.parametrize("backward", ["default", "autodiff", "mma", "thread-stores"])
-@pytest.mark.parametrize("job", [_texture, _ntc, _material], ids=["neural_texture", "ntc", "neural_material"])
+@pytest.mark.parametrize("job", [_texture, _ntc, _ntc_patches, _material],
+                         ids=["neural_texture", "ntc", "ntc_patches", "neural_material"])
 def test_training_program_builds_for_coopvec(coopvec_stand_in, job, backward, monkeypatch):
     if backward != "default":
         monkeypatch.setattr(parameters, "COOPVEC_REDUCTION", parameters.CoopVecReduction(

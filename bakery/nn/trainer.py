@@ -184,7 +184,9 @@ class Trainer:
         self.step += 1
 
     def apply_gradients(self) -> None:
-        """One optimizer update from whatever the gradient accumulator holds (tests, tools)."""
+        """One optimizer update from whatever the gradient accumulator holds (tests, tools),
+        at the step the gradients were accumulated at (groups with touched cells read the
+        marks of that step's parity)."""
         self.device.submit(self._record_update)
         self.device.wait()
 
