@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 from bakery.device import open_device  # noqa: E402
 from bakery.nn import parameters  # noqa: E402
 from bakery.formats.images import psnr, set_psnr  # noqa: E402
+from bakery.formats.publish import write_atomic  # noqa: E402
 from bakery.stages.ntc.objective import LATENT_SCATTER, LatentTextureFit  # noqa: E402
 from bakery.nn.optimizers import Adam  # noqa: E402
 from bakery.nn.trainer import TrainConfig, Trainer  # noqa: E402
@@ -289,14 +290,9 @@ def main() -> int:
     print(f"materials: {a.materials} cropped to {a.size or 'stored size'}, extra seeds {a.extra_seeds}; "
           f"stage params {a.param}", flush=True)
     result["settings"] = {"bpp": a.bpp, "extra_seeds": a.extra_seeds, "size": a.size, "params": a.param}
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-
     def save() -> None:
         """The JSON so far: a run cut by its caller's time limit keeps every finished part."""
-        part = out.with_name(out.name + ".part")
-        part.write_text(json.dumps(result, indent=2))
-        part.replace(out)
+        write_atomic(Path(a.out), json.dumps(result, indent=2).encode())
 
     if a.bpp:
         result["quality"] = quality(a, dev)

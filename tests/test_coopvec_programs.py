@@ -26,25 +26,19 @@ def _texture(dev):
     return NetworkSpec(FrequencyEncoding(2, 3), (64, 64), 3), TextureFit(dev, image)
 
 
-def _ntc(dev):
+def _ntc(dev, **layout):
     from bakery.stages.ntc.objective import LatentTextureFit
     from bakery.stages.ntc.rate import choose
 
     image = np.random.default_rng(0).random((32, 32, 4), dtype=np.float32)
     point = choose(32, 32, 4, 16.0, hidden=16, layers=1, bits=4, pe_octaves=2)
-    return point.network, LatentTextureFit(dev, image, point.grid, latent_scatter="staged", line_texels=8,
-                                           lazy_latents=True)
+    return point.network, LatentTextureFit(dev, image, point.grid, latent_scatter="staged", lazy_latents=True,
+                                           **(layout or {"line_texels": 8}))
 
 
 def _ntc_patches(dev):
     """The large-set choice (patches, lazy updates), reading only the marked latent cells."""
-    from bakery.stages.ntc.objective import LatentTextureFit
-    from bakery.stages.ntc.rate import choose
-
-    image = np.random.default_rng(0).random((32, 32, 4), dtype=np.float32)
-    point = choose(32, 32, 4, 16.0, hidden=16, layers=1, bits=4, pe_octaves=2)
-    return point.network, LatentTextureFit(dev, image, point.grid, latent_scatter="staged", patches=True,
-                                           lazy_latents=True, touched_cells=True)
+    return _ntc(dev, patches=True, touched_cells=True)
 
 
 def _material(dev):

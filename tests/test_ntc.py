@@ -457,6 +457,18 @@ def test_bcn_weighting_aims_every_texture_at_the_same_margin():
 LAYOUTS = {"texels": {}, "lines": {"line_texels": 32}, "lines8": {"line_texels": 8}, "patches": {"patches": True}}
 
 
+def _bricks_crop(size: int, bpp: float):
+    """The bricks material's top-left size^2 texels and a tiny decoder's rate point for them."""
+    from bakery.materials import load_material
+    from bakery.stages.ntc.rate import choose
+
+    folder = ROOT / "assets" / "materials" / "bricks"
+    mat = load_material({p.stem: p for p in sorted(folder.glob("*.png"))})
+    image = mat.image[:size, :size]
+    h, w, c = image.shape
+    return mat, image, choose(w, h, c, bpp, hidden=16, layers=1, bits=4, pe_octaves=2)
+
+
 @pytest.mark.parametrize("steps,layout,size,bpp", [(1, "texels", 32, 16.0), (1, "lines", 32, 16.0),
                                                    (3, "lines", 32, 16.0), (1, "lines8", 32, 16.0),
                                                    (1, "patches", 32, 16.0), (3, "patches", 48, 16.0),
@@ -469,19 +481,13 @@ def test_staged_latent_scatter_gives_the_same_bits(device, steps, layout, size, 
     independent texels. Every set has mips smaller than a patch (patches wrap, repeating
     texels); the 48^2 one has odd sizes, the 96^2 and 80^2 ones mostly unwrapped patches
     over coarser and finer latent grids."""
-    from bakery.materials import load_material
     from bakery.nn.optimizers import Adam
     from bakery.nn.trainer import TrainConfig, Trainer
     from bakery.stages.ntc.objective import LatentTextureFit
-    from bakery.stages.ntc.rate import choose
 
     if steps > 1 and device.coopvec:
         pytest.skip("CoopVec sums weight gradients in fp32 in any order: only the first step is exact")
-    folder = ROOT / "assets" / "materials" / "bricks"
-    mat = load_material({p.stem: p for p in sorted(folder.glob("*.png"))})
-    image = mat.image[:size, :size]
-    h, w, c = image.shape
-    point = choose(w, h, c, bpp, hidden=16, layers=1, bits=4, pe_octaves=2)
+    mat, image, point = _bricks_crop(size, bpp)
 
     def train(scatter: str, layout: str) -> np.ndarray:
         obj = LatentTextureFit(device, image, point.grid, normal_channel=mat.normal_channel, noise_steps=steps,
@@ -507,18 +513,12 @@ def test_touched_cells_give_the_lazy_updates_bit_for_bit(device, scatter, layout
     and updates exactly the latents, with exactly the values, it updates reading every
     gradient (over several steps, so both halves of the mask are used and cleared). On
     CoopVec, whose fp32 network sums differ run to run, the same latents move."""
-    from bakery.materials import load_material
     from bakery.nn.optimizers import Adam
     from bakery.nn.trainer import TrainConfig, Trainer
     from bakery.stages.ntc.objective import LatentTextureFit
-    from bakery.stages.ntc.rate import choose
 
     steps = 3
-    folder = ROOT / "assets" / "materials" / "bricks"
-    mat = load_material({p.stem: p for p in sorted(folder.glob("*.png"))})
-    image = mat.image[:64, :64]
-    h, w, c = image.shape
-    point = choose(w, h, c, 16.0, hidden=16, layers=1, bits=4, pe_octaves=2)
+    mat, image, point = _bricks_crop(64, 16.0)
 
     def train(touched: bool) -> tuple[np.ndarray, np.ndarray]:
         obj = LatentTextureFit(device, image, point.grid, normal_channel=mat.normal_channel, latent_scatter=scatter,
@@ -597,17 +597,11 @@ def test_lazy_latent_updates_move_only_sampled_latents(device):
     """With latent_updates = "lazy" a step updates only the latents its samples read (2
     levels x 4 taps x features each); dense Adam keeps moving earlier steps' latents on
     their momentum."""
-    from bakery.materials import load_material
     from bakery.nn.optimizers import Adam
     from bakery.nn.trainer import TrainConfig, Trainer
     from bakery.stages.ntc.objective import LatentTextureFit
-    from bakery.stages.ntc.rate import choose
 
-    folder = ROOT / "assets" / "materials" / "bricks"
-    mat = load_material({p.stem: p for p in sorted(folder.glob("*.png"))})
-    image = mat.image[:64, :64]
-    h, w, c = image.shape
-    point = choose(w, h, c, 16.0, hidden=16, layers=1, bits=4, pe_octaves=2)
+    mat, image, point = _bricks_crop(64, 16.0)
     batch, moved = 8, {}
     for lazy in (False, True):
         obj = LatentTextureFit(device, image, point.grid, normal_channel=mat.normal_channel, lazy_latents=lazy)
