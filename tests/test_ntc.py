@@ -513,8 +513,9 @@ def test_staged_latent_scatter_gives_the_same_bits(device, steps, layout, size, 
 def test_touched_cells_give_the_lazy_updates_bit_for_bit(device, scatter, layout):
     """touched_cells: the lazy latent Adam reads only the cells the training kernel marked,
     and updates exactly the latents, with exactly the values, it updates reading every
-    gradient (over several steps, so both halves of the mask are used and cleared). On
-    CoopVec, whose fp32 network sums differ run to run, the same latents move."""
+    gradient (over several steps). The backward pass marks every cell holding a nonzero
+    gradient, and the update clears every mark. On CoopVec, whose fp32 network sums
+    differ run to run, the same latents move."""
     from bakery.nn.optimizers import Adam
     from bakery.nn.trainer import TrainConfig, Trainer
     from bakery.stages.ntc.objective import LatentTextureFit
@@ -527,10 +528,17 @@ def test_touched_cells_give_the_lazy_updates_bit_for_bit(device, scatter, layout
                                lazy_latents=True, touched_cells=touched, **LAYOUTS[layout])
         tr = Trainer(device, point.network, obj, TrainConfig(steps=steps, batch=64, optimizer=Adam(lr=5e-3), seed=5))
         before = obj.raw_latents()
-        tr.train()
-        if touched:  # the last step's optimizer cleared the half the next step marks, and only that
-            halves = obj.latents.touched.to_numpy().view(np.uint32)[: 2 * obj.latents.cells].reshape(2, -1)
-            assert not halves[steps % 2].any() and halves[(steps - 1) % 2].any()
+        tr.train(steps - 1)
+        if touched:
+            marks = lambda: obj.latents.touched.to_numpy().view(np.uint32)[: obj.latents.cells]  # noqa: E731
+            assert not marks().any()  # each update cleared what it read
+            tr.accumulate_gradients()
+            cells_with_gradients = (obj.latents.gradients() != 0).reshape(-1, obj.grid.features).any(1)
+            assert cells_with_gradients.any() and not (cells_with_gradients & (marks() == 0)).any()
+            tr.apply_gradients()
+            assert not marks().any()
+        else:
+            tr.train()
         after = obj.raw_latents()
         return after, after != before
 

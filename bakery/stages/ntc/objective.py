@@ -228,7 +228,7 @@ class LatentTextureFit(TexelObjective):
 
     def uniforms(self, step: int, batch: int, seed: int) -> dict:
         return dict(super().uniforms(step, batch, seed), total_texels=self.total_texels, lod=0,
-                    noise=int(step < self.noise_steps), touched=self.latents.touched_half(step))
+                    noise=int(step < self.noise_steps))
 
     def set_block_compression_delta(self, delta: np.ndarray) -> None:
         self._delta.copy_from_numpy(np.ascontiguousarray(delta, np.float32))
