@@ -152,13 +152,12 @@ def speed(a, dev):
         folder = sorted((Path(tmp) / "materials").iterdir())[0]
         mat = load_material(material_files(folder))
     for scatter in a.big_scatter:
-        for ilp in a.big_ilp:
-            for samples in a.big_samples:
-                for updates in a.big_updates:
-                    yield speed_run(a, dev, mat, scatter, samples, updates, ilp)
+        for samples in a.big_samples:
+            for updates in a.big_updates:
+                yield speed_run(a, dev, mat, scatter, samples, updates)
 
 
-def speed_run(a, dev, mat, scatter: str, samples: str, updates: str, ilp: int) -> dict:
+def speed_run(a, dev, mat, scatter: str, samples: str, updates: str) -> dict:
     lazy = updates != "dense"
     h, w, c = mat.image.shape
     # the code width the stage's preset gives this device (2-bit on a GPU, 4-bit on a CPU)
@@ -169,9 +168,7 @@ def speed_run(a, dev, mat, scatter: str, samples: str, updates: str, ilp: int) -
                            latent_scatter=None if scatter == "auto" else scatter, lazy_latents=lazy,
                            touched_cells=updates == "touched",
                            **SAMPLE_LAYOUTS[samples])
-    obj.scatter_ilp = ilp
-    print(f"  speed set: {_variant(obj.latent_scatter, obj.line_texels, obj.patches, updates)}, "
-          f"{ilp} staged item(s) loaded per add round", flush=True)
+    print(f"  speed set: {_variant(obj.latent_scatter, obj.line_texels, obj.patches, updates)}", flush=True)
     tr = Trainer(dev, point.network, obj, TrainConfig(steps=a.big_steps, batch=a.big_batch, optimizer=Adam(lr=5e-3),
                                                       schedule="cosine", steps_per_submit=50))
     tr.train(20)  # compiles the pipelines; these steps count in the schedule, not in the times
@@ -198,7 +195,7 @@ def speed_run(a, dev, mat, scatter: str, samples: str, updates: str, ilp: int) -
     ms = train_s / (a.big_steps - 20) * 1e3
     return {"size": a.big, "bpp": point.bpp, "latent_bits": bits, "features": point.grid.features,
             "latent_scatter": obj.latent_scatter, "line_texels": obj.line_texels, "patches": obj.patches,
-            "lazy_latents": lazy, "latent_updates": updates, "scatter_ilp": ilp,
+            "lazy_latents": lazy, "latent_updates": updates,
             "steps": a.big_steps,
             "batch": a.big_batch, "ms_per_step": round(ms, 4),
             "final_set_psnr": final["set_psnr"], "time_to_final_s": final["train_s"],
@@ -263,8 +260,6 @@ def main() -> int:
                    help="speed set latent Adam, one run each: every latent each step, only those with a "
                         "gradient (lazy: the default, with patches), or lazy reading only the cells the training "
                         "kernel marked (touched)")
-    p.add_argument("--big-ilp", nargs="+", type=int, default=[4],
-                   help="staged scatters: staged items each thread loads before it adds them, one run each")
     p.add_argument("--check", type=int, default=1000)
     p.add_argument("--reduction", help="CoopVec gradient reduction: JSON, or bench/grad_reduction.py's output file")
     p.add_argument("--out", default=str(ROOT / "bench" / "out" / "ntc.json"))
@@ -313,8 +308,8 @@ def main() -> int:
             result["speed"].append(s)
             save()
             print(f"{a.big}^2 set at {s['bpp']:.2f} bpp ({s['latent_bits']}-bit codes, {s['features']} features, "
-                  f"{_variant(s['latent_scatter'], s['line_texels'], s['patches'], s['latent_updates'])}, "
-                  f"ILP {s['scatter_ilp']}): {s['ms_per_step']:.3f} ms/step, GPU us {s['gpu_us_per_phase']}; set PSNR (mean MSE) final "
+                  f"{_variant(s['latent_scatter'], s['line_texels'], s['patches'], s['latent_updates'])}): "
+                  f"{s['ms_per_step']:.3f} ms/step, GPU us {s['gpu_us_per_phase']}; set PSNR (mean MSE) final "
                   f"{s['final_set_psnr']:.2f} dB after {s['time_to_final_s']:.1f} s, best {s['best_set_psnr']:.2f} dB "
                   f"(step {s['best_step']}) after {s['time_to_best_s']:.1f} s, within 1.5 dB of final after "
                   f"{s['preview_within_1p5db_s']:.1f} s", flush=True)

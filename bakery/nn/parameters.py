@@ -505,10 +505,10 @@ class PlainParameters:
     parameters with a zero gradient alone, moments included (sparse updates: a batch
     touches a fraction of a large latent grid, and the untouched rest costs one read).
     ``touch_group`` (lazy groups): parameters come in cells of that many, and the kernel
-    that adds gradients also marks each cell it adds to in ``touched`` (one word per cell;
-    the optimizer, a thread per cell, reads and clears it), so a step reads the gradients
-    of marked cells only: a word per cell instead of 8 bytes per parameter for the
-    untouched rest. The same updates, bit for bit.
+    that adds gradients also marks each cell it adds to in ``touched`` (one word per cell,
+    two halves used by alternate steps: the optimizer reads step s's half and clears the
+    other), so a step reads the gradients of marked cells only: a word per cell instead of
+    8 bytes per parameter for the untouched rest. The same updates, bit for bit.
     """
 
     def __init__(self, device, values: np.ndarray, *, lr: float, lo: float = -3.0e38, hi: float = 3.0e38,
@@ -516,11 +516,12 @@ class PlainParameters:
         values = np.ascontiguousarray(values, np.float32).reshape(-1)
         self.count, self.lr, self.lo, self.hi = values.size, float(lr), float(lo), float(hi)
         self.lazy = bool(lazy)
-        if touch_group and (not lazy or self.count % touch_group):
-            raise ValueError(f"touch_group {touch_group} needs lazy updates and a whole number of cells")
+        if touch_group and (not lazy or self.count % touch_group or touch_group % 4):
+            raise ValueError(f"touch_group {touch_group} needs lazy updates, a multiple of 4 and a whole number "
+                             f"of cells")
         self.touch_group = int(touch_group)
         self.cells = self.count // touch_group if touch_group else 0
-        self.touched = make_buffer(device, np.zeros(max(1, self.cells), np.uint32))
+        self.touched = make_buffer(device, np.zeros(max(1, 2 * self.cells), np.uint32))
         self.params = make_buffer(device, values)
         self.grads = make_buffer(device, np.zeros(self.count, np.uint64))
         self.adam_m = make_buffer(device, np.zeros(self.count, np.float32))
@@ -539,13 +540,18 @@ class PlainParameters:
 
     @property
     def update_threads(self) -> int:
-        """Threads of an optimizer step: one per parameter, or per cell with touch_group."""
-        return self.cells or self.count
+        """Threads of an optimizer step: one per parameter, or per 4 with touch_group."""
+        return self.count // 4 if self.touch_group else self.count
+
+    def touched_half(self, step: int) -> int:
+        """First word of the ``touched`` half that training step ``step`` marks."""
+        return (step % 2) * self.cells
 
     def optimizer_vars(self) -> dict:
         return {"g_plain_params": self.params, "g_plain_grads": self.grads, "g_plain_touched": self.touched,
                 "g_plain_m": self.adam_m, "g_plain_v": self.adam_v, "g_plain_vmax": self.adam_vmax}
 
-    def optimizer_uniforms(self) -> dict:
-        """Uniforms of adam_plain_step."""
-        return {"lo": self.lo, "hi": self.hi, "lazy": int(self.lazy), "touch_group": self.touch_group}
+    def optimizer_uniforms(self, step: int) -> dict:
+        """Uniforms of adam_plain_step for training step ``step`` (0-based)."""
+        return {"lo": self.lo, "hi": self.hi, "lazy": int(self.lazy), "touch_group": self.touch_group,
+                "touched_read": self.touched_half(step), "touched_clear": self.touched_half(step + 1)}

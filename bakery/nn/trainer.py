@@ -179,12 +179,14 @@ class Trainer:
             glr = learning_rate(c.schedule, g.lr, self.step, c.steps, c.final_lr_ratio)
             self._adam_plain.dispatch([g.update_threads, 1, 1], vars=g.optimizer_vars(), command_encoder=encoder,
                                       u=c.optimizer.uniforms(self.step + 1, glr, g.count, g.grad_scale),
-                                      **g.optimizer_uniforms(), **c.optimizer.plain_uniforms())
+                                      **g.optimizer_uniforms(self.step), **c.optimizer.plain_uniforms())
         self._mark(encoder, "optimizer")
         self.step += 1
 
     def apply_gradients(self) -> None:
-        """One optimizer update from whatever the gradient accumulator holds (tests, tools)."""
+        """One optimizer update from whatever the gradient accumulator holds (tests, tools),
+        at the step the gradients were accumulated at (groups with touched cells read the
+        marks of that step's parity)."""
         self.device.submit(self._record_update)
         self.device.wait()
 

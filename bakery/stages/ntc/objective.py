@@ -23,7 +23,7 @@ from bakery.nn.texel_objective import TexelObjective
 LATENT_BITS = (1, 2, 4, 8)   # code widths that tile a 32-bit word exactly
 LATENT_MODES = ("packed", "bc")
 LOD_INPUT_SCALE = 0.25       # the decoder's last input is LOD * this
-LATENT_SCATTER = ("thread", "staged", "none", "wave")  # BK_NTC_SCATTER 0, 1, 2, 3 in ntc_fit.slang
+LATENT_SCATTER = ("thread", "staged", "none")  # BK_NTC_SCATTER 0, 1, 2 in ntc_fit.slang
 
 
 def mip_size(size: int, level: int) -> int:
@@ -193,8 +193,7 @@ class LatentTextureFit(TexelObjective):
             raise ValueError("patches and line_texels are two sample layouts: choose one")
         self.patches = bool(patches)
         #: How latent gradients leave the kernel (ntc_fit.slang BK_NTC_SCATTER): "staged"
-        #: (each workgroup's in coalesced runs, for a GPU's memory system), "wave" (the same
-        #: runs, each warp its own lanes', with no workgroup barrier), "thread" (each
+        #: (each warp's in coalesced runs, for a GPU's memory system), "thread" (each
         #: thread its own; on the CPU device staging is slower: 128^2 check, 254 against 186
         #: ms/step), or "none" (a benchmark's diagnostic: the latents do not train). None:
         #: the device's choice. Read when the trainer compiles the kernels.
@@ -203,8 +202,6 @@ class LatentTextureFit(TexelObjective):
         if latent_scatter not in LATENT_SCATTER:
             raise ValueError(f"latent_scatter must be one of {LATENT_SCATTER}, got {latent_scatter!r}")
         self.latent_scatter = latent_scatter
-        #: Staged items each thread loads before it adds them (ntc_fit.slang BK_NTC_ILP).
-        self.scatter_ilp = 4
 
     def slang_source(self) -> str:
         g = self.grid
@@ -213,7 +210,6 @@ class LatentTextureFit(TexelObjective):
                 f"#define BK_LATENT_BC {int(g.mode == 'bc')}\n#define BK_MIPS {len(g.color_mips)}\n"
                 f"#define BK_LOD_SCALE {LOD_INPUT_SCALE}\n#define BK_NORMAL_CHANNEL {self.normal_channel}\n"
                 f"#define BK_NTC_SCATTER {LATENT_SCATTER.index(self.latent_scatter)}\n"
-                f"#define BK_NTC_ILP {self.scatter_ilp}\n"
                 f"#define BK_NTC_LINES {self.line_texels}\n#define BK_NTC_PATCHES {int(self.patches)}\n"
                 f"#define BK_NTC_TOUCHED {int(self.latents.touch_group > 0)}\n"
                 '#include "stages/ntc/ntc_fit.slang"\n')
@@ -228,7 +224,7 @@ class LatentTextureFit(TexelObjective):
 
     def uniforms(self, step: int, batch: int, seed: int) -> dict:
         return dict(super().uniforms(step, batch, seed), total_texels=self.total_texels, lod=0,
-                    noise=int(step < self.noise_steps))
+                    noise=int(step < self.noise_steps), touched=self.latents.touched_half(step))
 
     def set_block_compression_delta(self, delta: np.ndarray) -> None:
         self._delta.copy_from_numpy(np.ascontiguousarray(delta, np.float32))

@@ -168,7 +168,8 @@ class NeuralTextureCompression(Stage):
             obj = LatentTextureFit(ctx.device, material.image, point.grid, channel_weights=weights,
                                    normal_channel=material.normal_channel, latent_lr=params["latent_lr"],
                                    seed=ctx.seed, noise_steps=int(params["noise_fraction"] * cfg.steps),
-                                   lazy_latents=params["latent_updates"] == "lazy", line_texels=params["line_texels"],
+                                   lazy_latents=params["latent_updates"] == "lazy",
+                                   touched_cells=params["latent_updates"] == "lazy", line_texels=params["line_texels"],
                                    patches=params["patches"])
             trainer = Trainer(ctx.device, point.network, obj, cfg)
             progress = StepProgress(ctx, cfg.steps)
