@@ -506,9 +506,10 @@ class PlainParameters:
     touches a fraction of a large latent grid, and the untouched rest costs one read).
     ``touch_group`` (lazy groups): parameters come in cells of that many, and the kernel
     that adds gradients also marks each cell it adds to in ``touched`` (one word per cell,
-    two halves used by alternate steps: the optimizer reads step s's half and clears the
-    other), so a step reads the gradients of marked cells only: a word per cell instead of
-    8 bytes per parameter for the untouched rest. The same updates, bit for bit.
+    two halves used by alternate steps: the optimizer, a thread per cell, reads step s's
+    half and clears the other), so a step reads the gradients of marked cells only: a word
+    per cell instead of 8 bytes per parameter for the untouched rest. The same updates, bit
+    for bit.
     """
 
     def __init__(self, device, values: np.ndarray, *, lr: float, lo: float = -3.0e38, hi: float = 3.0e38,
@@ -516,9 +517,8 @@ class PlainParameters:
         values = np.ascontiguousarray(values, np.float32).reshape(-1)
         self.count, self.lr, self.lo, self.hi = values.size, float(lr), float(lo), float(hi)
         self.lazy = bool(lazy)
-        if touch_group and (not lazy or self.count % touch_group or touch_group % 4):
-            raise ValueError(f"touch_group {touch_group} needs lazy updates, a multiple of 4 and a whole number "
-                             f"of cells")
+        if touch_group and (not lazy or self.count % touch_group):
+            raise ValueError(f"touch_group {touch_group} needs lazy updates and a whole number of cells")
         self.touch_group = int(touch_group)
         self.cells = self.count // touch_group if touch_group else 0
         self.touched = make_buffer(device, np.zeros(max(1, 2 * self.cells), np.uint32))
@@ -540,8 +540,8 @@ class PlainParameters:
 
     @property
     def update_threads(self) -> int:
-        """Threads of an optimizer step: one per parameter, or per 4 with touch_group."""
-        return self.count // 4 if self.touch_group else self.count
+        """Threads of an optimizer step: one per parameter, or per cell with touch_group."""
+        return self.cells or self.count
 
     def touched_half(self, step: int) -> int:
         """First word of the ``touched`` half that training step ``step`` marks."""
