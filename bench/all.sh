@@ -33,7 +33,7 @@ command_of() {
     ntc_updates)     echo "python3 bench/ntc.py --device vulkan --bpp --big 2048 --big-steps 3000 --check 500" \
                           "--big-scatter staged --big-samples texels lines8 patches --big-updates dense lazy" \
                           "--out bench/out/ntc_updates.json" ;;
-    # the large-set default's lazy Adam reading every gradient, against only the marked cells
+    # the large-set default (lazy Adam over the marked cells only) against the lazy Adam reading every gradient
     ntc_touched)     echo "python3 bench/ntc.py --device vulkan --bpp --big 2048 --big-steps 1000 --check 500" \
                           "--big-samples patches --big-updates lazy touched --out bench/out/ntc_touched.json" ;;
     # quality at 8 bpp at full length: the default, the speed options (lines, patches), the
