@@ -256,10 +256,11 @@ def main() -> int:
                    help="speed set training samples, one run each: independent texels, lines of N texels "
                         "(lines: 32), or a patch of texels per workgroup (the default: the ntc stage's choice on "
                         "a GPU from 2048^2 up)")
-    p.add_argument("--big-updates", nargs="+", choices=("dense", "lazy", "touched"), default=["lazy"],
+    p.add_argument("--big-updates", nargs="+", choices=("dense", "lazy", "touched"), default=["touched"],
                    help="speed set latent Adam, one run each: every latent each step, only those with a "
-                        "gradient (lazy: the default, with patches), or lazy reading only the cells the training "
-                        "kernel marked (touched)")
+                        "gradient reading every gradient (lazy), or only those with a gradient reading the "
+                        "gradients of the cells the training kernel marked (touched: the ntc stage's lazy "
+                        "updates, the default, with patches)")
     p.add_argument("--check", type=int, default=1000)
     p.add_argument("--reduction", help="CoopVec gradient reduction: JSON, or bench/grad_reduction.py's output file")
     p.add_argument("--out", default=str(ROOT / "bench" / "out" / "ntc.json"))

@@ -193,10 +193,12 @@ class LatentTextureFit(TexelObjective):
             raise ValueError("patches and line_texels are two sample layouts: choose one")
         self.patches = bool(patches)
         #: How latent gradients leave the kernel (ntc_fit.slang BK_NTC_SCATTER): "staged"
-        #: (each warp's in coalesced runs, for a GPU's memory system), "thread" (each
-        #: thread its own; on the CPU device staging is slower: 128^2 check, 254 against 186
-        #: ms/step), or "none" (a benchmark's diagnostic: the latents do not train). None:
-        #: the device's choice. Read when the trainer compiles the kernels.
+        #: (each warp's in coalesced runs, for a GPU's memory system; per-thread adds where
+        #: a workgroup's staging slots would not fit beside the network's), "thread" (each
+        #: thread its own; on the CPU device staging was slower, measured with the
+        #: workgroup-staged design: 128^2 check, 254 against 186 ms/step), or "none" (a
+        #: benchmark's diagnostic: the latents do not train). None: the device's choice.
+        #: Read when the trainer compiles the kernels.
         if latent_scatter is None:
             latent_scatter = "thread" if device.info.software else "staged"
         if latent_scatter not in LATENT_SCATTER:
