@@ -5,8 +5,8 @@
 #
 #   bash bench/all.sh NAME[:SECONDS] ...
 #
-# NAME: suite | mipmap | fit | procedural | train_texture | ntc | ntc_scatter | ntc_updates | ntc_touched | ntc_options |
-#       backward_anatomy | neural_material | runners | scale
+# NAME: suite | mipmap | fit | procedural | train_texture | ntc | ntc_scatter | ntc_updates | ntc_touched |
+#       ntc_repeat | ntc_options | backward_anatomy | neural_material | runners | scale
 # Prepare the machine first (see README): source .device/setup.sh and install .whl/*.whl.
 set -u
 cd "$(dirname "$0")/.."
@@ -36,6 +36,9 @@ command_of() {
     # the large-set default (lazy Adam over the marked cells only) against the lazy Adam reading every gradient
     ntc_touched)     echo "python3 bench/ntc.py --device vulkan --bpp --big 2048 --big-steps 1000 --check 500" \
                           "--big-samples patches --big-updates lazy touched --out bench/out/ntc_touched.json" ;;
+    # the default's speed and final quality over three seeds (the median settles a target at the edge)
+    ntc_repeat)      echo "python3 bench/ntc.py --device vulkan --bpp --big 2048 --big-steps 6000 --check 1000" \
+                          "--big-repeat 3 --out bench/out/ntc_repeat.json" ;;
     # quality at 8 bpp at full length: the default, the speed options (lines, patches), the
     # backward pass as cooperative-matrix tiles
     ntc_options)     echo "python3 bench/ntc.py --device vulkan --bpp 8 --out bench/out/ntc_default.json &&" \

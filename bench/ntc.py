@@ -12,10 +12,11 @@ best and the final set PSNR with the training time to each, and to a preview wit
 1.5 dB of the final (PSNR checked every --check steps; the first 20 steps, which compile
 the kernels, are trained but not timed), and the GPU time per phase of a step (training
 kernel, split-K sum, optimizers) from timestamps over 20 more steps; once per
---big-scatter x --big-samples x --big-updates variant (e.g. `--big-scatter thread staged
-none --big-samples texels lines patches --big-updates dense lazy touched`: where the
-latent gradients' cost goes, what coherent samples save, what a lazy latent Adam saves, and
-what it saves reading only the cells the training kernel marked).
+--big-scatter x --big-samples x --big-updates variant and seed 0..--big-repeat - 1 (e.g.
+`--big-scatter thread staged none --big-samples texels lines patches --big-updates dense
+lazy touched`: where the latent gradients' cost goes, what coherent samples save, what a
+lazy latent Adam saves, and what it saves reading only the cells the training kernel
+marked).
 Set figures are PSNRs of the mean MSE over the set's textures (bakery.formats.images.
 set_psnr), never means of dB values: a constant map decodes to ~110 dB or inf and would
 swing a dB mean by 10+ dB. (The stage's own manifest still reports ``mean_psnr_db``, a
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -154,23 +156,39 @@ def speed(a, dev):
     for scatter in a.big_scatter:
         for samples in a.big_samples:
             for updates in a.big_updates:
-                yield speed_run(a, dev, mat, scatter, samples, updates)
+                for seed in range(a.big_repeat):
+                    yield speed_run(a, dev, mat, scatter, samples, updates, seed)
 
 
-def speed_run(a, dev, mat, scatter: str, samples: str, updates: str) -> dict:
+def speed_summary(rows: list[dict]) -> list[dict]:
+    """Per variant over its seeds: the median and range of ms/step, and the final set PSNR
+    from the mean MSE over the runs (with the runs' range)."""
+    out = {}
+    for r in rows:
+        out.setdefault((r["latent_scatter"], r["line_texels"], r["patches"], r["latent_updates"]), []).append(r)
+    return [{"latent_scatter": k[0], "line_texels": k[1], "patches": k[2], "latent_updates": k[3], "runs": len(rs),
+             "ms_per_step_median": round(statistics.median(r["ms_per_step"] for r in rs), 4),
+             "ms_per_step_range": [min(r["ms_per_step"] for r in rs), max(r["ms_per_step"] for r in rs)],
+             "final_set_psnr": round(set_psnr([r["final_set_psnr"] for r in rs]), 3),
+             "final_set_psnr_range": [min(r["final_set_psnr"] for r in rs), max(r["final_set_psnr"] for r in rs)]}
+            for k, rs in out.items()]
+
+
+def speed_run(a, dev, mat, scatter: str, samples: str, updates: str, seed: int) -> dict:
     lazy = updates != "dense"
     h, w, c = mat.image.shape
     # the code width the stage's preset gives this device (2-bit on a GPU, 4-bit on a CPU)
     bits = PRESETS.table[device_class(dev)][a.quality]["latent_bits"]
     point = choose(w, h, c, a.big_bpp, hidden=64, layers=2, bits=bits, pe_octaves=3)
     t0 = time.perf_counter()
-    obj = LatentTextureFit(dev, mat.image, point.grid, normal_channel=mat.normal_channel,
+    obj = LatentTextureFit(dev, mat.image, point.grid, normal_channel=mat.normal_channel, seed=seed,
                            latent_scatter=None if scatter == "auto" else scatter, lazy_latents=lazy,
                            touched_cells=updates == "touched",
                            **SAMPLE_LAYOUTS[samples])
-    print(f"  speed set: {_variant(obj.latent_scatter, obj.line_texels, obj.patches, updates)}", flush=True)
+    print(f"  speed set: {_variant(obj.latent_scatter, obj.line_texels, obj.patches, updates)}, seed {seed}",
+          flush=True)
     tr = Trainer(dev, point.network, obj, TrainConfig(steps=a.big_steps, batch=a.big_batch, optimizer=Adam(lr=5e-3),
-                                                      schedule="cosine", steps_per_submit=50))
+                                                      schedule="cosine", steps_per_submit=50, seed=seed))
     tr.train(20)  # compiles the pipelines; these steps count in the schedule, not in the times
     curve = []
     train_s = 0.0
@@ -195,7 +213,7 @@ def speed_run(a, dev, mat, scatter: str, samples: str, updates: str) -> dict:
     ms = train_s / (a.big_steps - 20) * 1e3
     return {"size": a.big, "bpp": point.bpp, "latent_bits": bits, "features": point.grid.features,
             "latent_scatter": obj.latent_scatter, "line_texels": obj.line_texels, "patches": obj.patches,
-            "lazy_latents": lazy, "latent_updates": updates,
+            "lazy_latents": lazy, "latent_updates": updates, "seed": seed,
             "steps": a.big_steps,
             "batch": a.big_batch, "ms_per_step": round(ms, 4),
             "final_set_psnr": final["set_psnr"], "time_to_final_s": final["train_s"],
@@ -261,6 +279,9 @@ def main() -> int:
                         "gradient reading every gradient (lazy), or only those with a gradient reading the "
                         "gradients of the cells the training kernel marked (touched: the ntc stage's lazy "
                         "updates, the default, with patches)")
+    p.add_argument("--big-repeat", type=int, default=1,
+                   help="runs of each speed variant, seeds 0..N-1 (N > 1: a summary per variant, the median "
+                        "ms/step and the final set PSNR from the mean MSE over the runs)")
     p.add_argument("--check", type=int, default=1000)
     p.add_argument("--reduction", help="CoopVec gradient reduction: JSON, or bench/grad_reduction.py's output file")
     p.add_argument("--out", default=str(ROOT / "bench" / "out" / "ntc.json"))
@@ -271,6 +292,10 @@ def main() -> int:
     p.add_argument("--small", action="store_true",
                    help="CPU check: 64^2 crops, one extra seed, 4 and 16 bpp, 100 steps, tiny decoder, --big 128")
     a = p.parse_args()
+    if a.big and a.big_steps <= 20:
+        p.error("--big-steps must pass the 20 untimed steps that compile the kernels")
+    if a.big_repeat < 1:
+        p.error("--big-repeat must be at least 1")
     if a.small:
         a.size, a.extra_seeds, a.steps, a.batch = 64, a.extra_seeds[:1], 100, 4096
         a.bpp = [4, 16] if a.bpp else []
@@ -307,6 +332,8 @@ def main() -> int:
         result["speed"] = []
         for s in speed(a, dev):
             result["speed"].append(s)
+            if a.big_repeat > 1:  # after every run: a run cut short keeps the finished runs' summary
+                result["speed_summary"] = speed_summary(result["speed"])
             save()
             print(f"{a.big}^2 set at {s['bpp']:.2f} bpp ({s['latent_bits']}-bit codes, {s['features']} features, "
                   f"{_variant(s['latent_scatter'], s['line_texels'], s['patches'], s['latent_updates'])}): "
@@ -314,6 +341,12 @@ def main() -> int:
                   f"{s['final_set_psnr']:.2f} dB after {s['time_to_final_s']:.1f} s, best {s['best_set_psnr']:.2f} dB "
                   f"(step {s['best_step']}) after {s['time_to_best_s']:.1f} s, within 1.5 dB of final after "
                   f"{s['preview_within_1p5db_s']:.1f} s", flush=True)
+        for v in result.get("speed_summary", []):
+            print(f"{_variant(v['latent_scatter'], v['line_texels'], v['patches'], v['latent_updates'])} over "
+                  f"{v['runs']} seeds: {v['ms_per_step_median']:.4f} ms/step median "
+                  f"({v['ms_per_step_range'][0]:.4f}-{v['ms_per_step_range'][1]:.4f}), final set PSNR (mean MSE "
+                  f"over runs) {v['final_set_psnr']:.2f} dB ({v['final_set_psnr_range'][0]:.2f}-"
+                  f"{v['final_set_psnr_range'][1]:.2f})", flush=True)
     save()
     return 0
 
