@@ -163,15 +163,16 @@ def speed(a, dev):
 def speed_summary(rows: list[dict]) -> list[dict]:
     """Per variant over its seeds: the median and range of ms/step, and the final set PSNR
     from the mean MSE over the runs (with the runs' range)."""
+    variant = ("latent_scatter", "line_texels", "patches", "latent_updates")
     out = {}
     for r in rows:
-        out.setdefault((r["latent_scatter"], r["line_texels"], r["patches"], r["latent_updates"]), []).append(r)
-    return [{"latent_scatter": k[0], "line_texels": k[1], "patches": k[2], "latent_updates": k[3], "runs": len(rs),
+        out.setdefault(tuple(r[k] for k in variant), []).append(r)
+    return [{**dict(zip(variant, key)), "runs": len(rs),
              "ms_per_step_median": round(statistics.median(r["ms_per_step"] for r in rs), 4),
              "ms_per_step_range": [min(r["ms_per_step"] for r in rs), max(r["ms_per_step"] for r in rs)],
              "final_set_psnr": round(set_psnr([r["final_set_psnr"] for r in rs]), 3),
              "final_set_psnr_range": [min(r["final_set_psnr"] for r in rs), max(r["final_set_psnr"] for r in rs)]}
-            for k, rs in out.items()]
+            for key, rs in out.items()]
 
 
 def speed_run(a, dev, mat, scatter: str, samples: str, updates: str, seed: int) -> dict:

@@ -164,12 +164,14 @@ class NeuralTextureCompression(Stage):
         cfg = TrainConfig(steps=steps, batch=batch, optimizer=Adam(lr=params["lr"]), schedule="cosine",
                           seed=ctx.seed)
 
+        # lazy latent updates read only the cells the training kernel marked (the same updates)
+        lazy = params["latent_updates"] == "lazy"
+
         def train(point):
             obj = LatentTextureFit(ctx.device, material.image, point.grid, channel_weights=weights,
                                    normal_channel=material.normal_channel, latent_lr=params["latent_lr"],
                                    seed=ctx.seed, noise_steps=int(params["noise_fraction"] * cfg.steps),
-                                   lazy_latents=params["latent_updates"] == "lazy",
-                                   touched_cells=params["latent_updates"] == "lazy", line_texels=params["line_texels"],
+                                   lazy_latents=lazy, touched_cells=lazy, line_texels=params["line_texels"],
                                    patches=params["patches"])
             trainer = Trainer(ctx.device, point.network, obj, cfg)
             progress = StepProgress(ctx, cfg.steps)
