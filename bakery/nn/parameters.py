@@ -382,6 +382,7 @@ class ParameterStore:
         self.master = make_buffer(self.device, np.zeros(spec.param_count, np.float32))
         self.half_owner = make_buffer(self.device, half_owner)
         self.loss_state = make_buffer(self.device, np.zeros(4, np.float32))
+        self.adam_done = make_buffer(self.device, np.zeros(1, np.uint32))  # adam_step's fused loss-scale step
         self.groups = 1  # workgroups of the last training dispatch: the slices that hold parts
         self.reset_loss_scale(1.0)
 
@@ -482,7 +483,7 @@ class ParameterStore:
     def optimizer_vars(self) -> dict:
         v = dict(self.network_vars(), g_adam_m=self.adam_m, g_adam_v=self.adam_v)
         if self.coopvec:
-            v.update(g_master=self.master, g_half_owner=self.half_owner)
+            v.update(g_master=self.master, g_half_owner=self.half_owner, g_adam_done=self.adam_done)
         return v
 
     def gradients(self) -> np.ndarray:
