@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from bakery.device import open_device  # noqa: E402
 from bakery.nn import parameters  # noqa: E402
+from bakery.nn import trainer as trainer_module  # noqa: E402
 from bakery.formats.images import psnr, set_psnr  # noqa: E402
 from bakery.formats.publish import write_atomic  # noqa: E402
 from bakery.stages.ntc.objective import LATENT_SCATTER, LatentTextureFit  # noqa: E402
@@ -156,18 +157,24 @@ def speed(a, dev):
     for scatter in a.big_scatter:
         for samples in a.big_samples:
             for updates in a.big_updates:
-                for seed in range(a.big_repeat):
-                    yield speed_run(a, dev, mat, scatter, samples, updates, seed)
+                for dispatches in a.big_dispatches:
+                    trainer_module.FUSE_PLAIN_UPDATE = trainer_module.FUSE_LOSS_SCALE = dispatches == "fused"
+                    for seed in range(a.big_repeat):
+                        yield speed_run(a, dev, mat, scatter, samples, updates, seed)
+    trainer_module.FUSE_PLAIN_UPDATE = trainer_module.FUSE_LOSS_SCALE = True
+
+
+#: What tells one speed variant from another in a row (and in _variant's words).
+VARIANT_KEYS = ("latent_scatter", "line_texels", "patches", "latent_updates", "dispatches")
 
 
 def speed_summary(rows: list[dict]) -> list[dict]:
     """Per variant over its seeds: the median and range of ms/step, and the final set PSNR
     from the mean MSE over the runs (with the runs' range)."""
-    variant = ("latent_scatter", "line_texels", "patches", "latent_updates")
     out = {}
     for r in rows:
-        out.setdefault(tuple(r[k] for k in variant), []).append(r)
-    return [{**dict(zip(variant, key)), "runs": len(rs),
+        out.setdefault(tuple(r[k] for k in VARIANT_KEYS), []).append(r)
+    return [{**dict(zip(VARIANT_KEYS, key)), "runs": len(rs),
              "ms_per_step_median": round(statistics.median(r["ms_per_step"] for r in rs), 4),
              "ms_per_step_range": [min(r["ms_per_step"] for r in rs), max(r["ms_per_step"] for r in rs)],
              "final_set_psnr": round(set_psnr([r["final_set_psnr"] for r in rs]), 3),
@@ -215,6 +222,7 @@ def speed_run(a, dev, mat, scatter: str, samples: str, updates: str, seed: int) 
     return {"size": a.big, "bpp": point.bpp, "latent_bits": bits, "features": point.grid.features,
             "latent_scatter": obj.latent_scatter, "line_texels": obj.line_texels, "patches": obj.patches,
             "lazy_latents": lazy, "latent_updates": updates, "seed": seed,
+            "dispatches": "fused" if tr._reduce_update is not None else "separate",
             "steps": a.big_steps,
             "batch": a.big_batch, "ms_per_step": round(ms, 4),
             "final_set_psnr": final["set_psnr"], "time_to_final_s": final["train_s"],
@@ -224,10 +232,12 @@ def speed_run(a, dev, mat, scatter: str, samples: str, updates: str, seed: int) 
             "wall_s": round(time.perf_counter() - t0, 2)}
 
 
-def _variant(scatter: str, line_texels: int, patches: bool, updates: str) -> str:
+def _variant(scatter: str, line_texels: int, patches: bool, updates: str, dispatches: str = "") -> str:
     samples = f"lines of {line_texels}" if line_texels else "patches" if patches else "texel samples"
     return (f"{scatter} latent scatter, {samples}, "
-            f"{'lazy over marked cells' if updates == 'touched' else updates} latent updates")
+            f"{'lazy over marked cells' if updates == 'touched' else updates} latent updates"
+            + (", latent update and loss scale in the sum's and Adam's dispatches" if dispatches == "fused" else
+               ", each update in its own dispatch" if dispatches else ""))
 
 
 def markdown(rows: list[dict]) -> str:
@@ -280,6 +290,9 @@ def main() -> int:
                         "gradient reading every gradient (lazy), or only those with a gradient reading the "
                         "gradients of the cells the training kernel marked (touched: the ntc stage's lazy "
                         "updates, the default, with patches)")
+    p.add_argument("--big-dispatches", nargs="+", choices=("fused", "separate"), default=["fused"],
+                   help="speed set, one run each: the latent update in the split-K sum's dispatch and the "
+                        "loss-scale step in Adam's (fused: the trainer's default), or each in its own dispatch")
     p.add_argument("--big-repeat", type=int, default=1,
                    help="runs of each speed variant, seeds 0..N-1 (N > 1: a summary per variant, the median "
                         "ms/step and the final set PSNR from the mean MSE over the runs)")
@@ -337,13 +350,13 @@ def main() -> int:
                 result["speed_summary"] = speed_summary(result["speed"])
             save()
             print(f"{a.big}^2 set at {s['bpp']:.2f} bpp ({s['latent_bits']}-bit codes, {s['features']} features, "
-                  f"{_variant(s['latent_scatter'], s['line_texels'], s['patches'], s['latent_updates'])}): "
+                  f"{_variant(*(s[k] for k in VARIANT_KEYS))}): "
                   f"{s['ms_per_step']:.3f} ms/step, GPU us {s['gpu_us_per_phase']}; set PSNR (mean MSE) final "
                   f"{s['final_set_psnr']:.2f} dB after {s['time_to_final_s']:.1f} s, best {s['best_set_psnr']:.2f} dB "
                   f"(step {s['best_step']}) after {s['time_to_best_s']:.1f} s, within 1.5 dB of final after "
                   f"{s['preview_within_1p5db_s']:.1f} s", flush=True)
         for v in result.get("speed_summary", []):
-            print(f"{_variant(v['latent_scatter'], v['line_texels'], v['patches'], v['latent_updates'])} over "
+            print(f"{_variant(*(v[k] for k in VARIANT_KEYS))} over "
                   f"{v['runs']} seeds: {v['ms_per_step_median']:.4f} ms/step median "
                   f"({v['ms_per_step_range'][0]:.4f}-{v['ms_per_step_range'][1]:.4f}), final set PSNR (mean MSE "
                   f"over runs) {v['final_set_psnr']:.2f} dB ({v['final_set_psnr_range'][0]:.2f}-"
