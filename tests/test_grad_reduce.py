@@ -12,26 +12,22 @@ import pytest
 from bakery.nn.codegen import program_source
 from bakery.nn.encodings import FrequencyEncoding, IdentityEncoding
 from bakery.nn.network import NetworkSpec
-from bakery.nn.parameters import CoopVecReduction, ParameterStore, layer_groups, make_buffer
+from bakery.nn.parameters import CoopVecReduction, ParameterStore, make_buffer
 from bakery.nn.stack import NetworkStack
 from tests.test_coopvec_layout import _FakeDevice
 
 
-@pytest.mark.parametrize("group,groups,unroll,reduce,out_tiles,block,balance", [
-    (256, 3, 1, "rows", 1, 1, False), (128, 5, 4, "rows", 1, 1, False), (256, 7, 8, "rows", 1, 1, False),
-    (128, 5, 4, "rows", 1, 32, False), (128, 5, 4, "rows", 1, 32, True),
-    (256, 3, 1, "mma", 1, 1, False), (128, 5, 2, "mma", 1, 1, False), (64, 2, 1, "mma", 1, 1, False),
-    (256, 7, 4, "mma", 1, 1, False), (256, 3, 2, "mma", 2, 1, False), (128, 5, 2, "mma", 2, 1, False),
-    (128, 5, 1, "mma", 4, 1, False), (256, 7, 1, "mma", 3, 1, False), (128, 5, 2, "mma", 1, 32, False),
-    (256, 7, 1, "mma", 3, 128, False), (128, 5, 2, "mma", 1, 32, True)])
+@pytest.mark.parametrize("group,groups,unroll,reduce,out_tiles,block", [
+    (256, 3, 1, "rows", 1, 1), (128, 5, 4, "rows", 1, 1), (256, 7, 8, "rows", 1, 1), (128, 5, 4, "rows", 1, 32),
+    (256, 3, 1, "mma", 1, 1), (128, 5, 2, "mma", 1, 1), (64, 2, 1, "mma", 1, 1), (256, 7, 4, "mma", 1, 1),
+    (256, 3, 2, "mma", 2, 1), (128, 5, 2, "mma", 2, 1), (128, 5, 1, "mma", 4, 1), (256, 7, 1, "mma", 3, 1),
+    (128, 5, 2, "mma", 1, 32), (256, 7, 1, "mma", 3, 128)])
 @pytest.mark.parametrize("stacked", [False, True])
-def test_split_k_reduction_matches_numpy(device, group, groups, unroll, reduce, out_tiles, block, balance, stacked):
+def test_split_k_reduction_matches_numpy(device, group, groups, unroll, reduce, out_tiles, block, stacked):
     """Every layer's dW and db, also for a stack of networks (each network reduces its own
     layers, found by their index in the whole store), with warps owning one output tile,
     several, a whole layer, or a partial last group of them (out_tiles 2 over 3 tiles),
-    from rows stored one per sample or interleaved over blocks of samples (row_block),
-    with `groups` workgroups per layer or that many per layer shared by the layers' tiles
-    (balance_layers)."""
+    from rows stored one per sample or interleaved over blocks of samples (row_block)."""
     import slangpy as spy
 
     if reduce == "mma" and not device.spy.has_feature(spy.Feature.cooperative_matrix):
@@ -42,14 +38,11 @@ def test_split_k_reduction_matches_numpy(device, group, groups, unroll, reduce, 
                              ("Network", NetworkSpec(IdentityEncoding(8), (40,), 3))))
     store = ParameterStore(_FakeDevice(), spec,
                            reduction=CoopVecReduction(group=group, mode="splitk", unroll=unroll, reduce=reduce,
-                                                      out_tiles=out_tiles, row_block=block, balance_layers=balance))
+                                                      out_tiles=out_tiles, row_block=block))
     bufs, xs, dys = _stored_rows(device, spec, store, 1000)
     kernel = _kernel(device, _reduce_source(spec, store), "bk_reduce_gradients")
-    total = groups * len(spec.layers)
-    shares = layer_groups(store.reduce_weights, total)
-    assert (len(set(shares)) > 1) == balance  # balanced: the wider layers get more workgroups
-    device.submit(lambda enc: kernel.dispatch([max(shares) * group, len(spec.layers), 1], vars=bufs,
-                                              command_encoder=enc, batch=1000, groups=total))
+    device.submit(lambda enc: kernel.dispatch([groups * group, len(spec.layers), 1], vars=bufs,
+                                              command_encoder=enc, batch=1000, groups=groups))
     device.wait()
     _check_sums(spec, bufs, xs, dys)
 
@@ -75,9 +68,7 @@ def _stored_rows(device, spec, store, batch: int):
     bufs = {"g_acts": make_buffer(device, store.device_rows(rows)),
             "g_grad_parts": make_buffer(device, np.zeros(spec.param_count, np.float32)),
             "g_loss_state": make_buffer(device, np.array([1.0, 1.0, 0.0, 0.0], np.float32)),
-            "g_weights16": make_buffer(device, np.zeros(16, np.uint8)),
-            "g_reduce_weights": make_buffer(device, np.concatenate([[store.reduce_weights.sum()],
-                                                                    store.reduce_weights]).astype(np.uint32))}
+            "g_weights16": make_buffer(device, np.zeros(16, np.uint8))}
     return bufs, xs, dys
 
 
@@ -139,14 +130,13 @@ def test_sum_and_a_group_update_share_a_dispatch(device, touch_group, lazy):
     alone, fused = group(), group()
     plain = _kernel(device, opt.plain_defines() + '#include "nn/adam_plain.slang"\n', "adam_plain_step")
     both = _kernel(device, reduce_and_update_source(_reduce_source(spec, store), opt), "bk_reduce_and_update")
-    layers = len(spec.layers)
-    groups, width = 3 * layers, 3
-    rows = -(-fused.update_threads // (width * 128))
+    groups, layers = 3, len(spec.layers)
+    rows = -(-fused.update_threads // (groups * 128))
     device.submit(lambda enc: plain.dispatch([alone.update_threads, 1, 1], vars=alone.optimizer_vars(),
                                              command_encoder=enc, **uniforms(alone)))
-    device.submit(lambda enc: both.dispatch([width * 128, layers + rows, 1], vars=dict(bufs, **fused.optimizer_vars()),
-                                            command_encoder=enc, batch=1000, groups=groups, width=width,
-                                            layers=layers, **uniforms(fused)))
+    device.submit(lambda enc: both.dispatch([groups * 128, layers + rows, 1], vars=dict(bufs, **fused.optimizer_vars()),
+                                            command_encoder=enc, batch=1000, groups=groups, layers=layers,
+                                            **uniforms(fused)))
     device.wait()
     _check_sums(spec, bufs, xs, dys)
     for name in ("params", "grads", "adam_m", "adam_v", "touched"):

@@ -73,10 +73,6 @@ class CoopVecReduction:
     in groupshared memory and copies them out 16 bytes per lane, whole cache lines at a
     time, rather than each thread storing its own vectors (needs ``row_block`` a multiple
     of 32 for the copies to cover whole lines).
-    ``balance_layers``: split-K's sum shares its workgroups (``reduce_groups`` times the
-    layers) among the layers by their 16 x 16 accumulator tiles (layer_weights) rather
-    than giving each layer ``reduce_groups``: a wide layer's workgroups otherwise run
-    longest while a narrow one's SMs idle.
     ``staging`` "none" and ``skip_sums`` leave
     out the staging and the per-thread sums (wrong gradients; in split-K mode, the row
     stores and the reduction dispatch), and ``swap_loads`` loads the cooperative-matrix
@@ -102,7 +98,6 @@ class CoopVecReduction:
     generated_backward: bool = False
     row_block: int = 1
     row_copy: bool = False
-    balance_layers: bool = False
 
     @property
     def chunked(self) -> bool:
@@ -154,19 +149,6 @@ class CoopVecReduction:
         """Halfs each layer's x or dy segment of a stored row is padded to: whole 16 x 16
         tiles for the cooperative-matrix reduction, 16-byte groups otherwise."""
         return 16 if self.reduce == "mma" else 8
-
-
-def layer_weights(spec, balance: bool) -> np.ndarray:
-    """Each layer's share of split-K's sum workgroups: its 16 x 16 accumulator tiles (the
-    products per block of 16 samples, bias included) when balanced, else 1 each."""
-    return np.array([-(-l.n_out // 16) * (-(-l.n_in // 16) + 1) if balance else 1 for l in spec.layers], np.uint32)
-
-
-def layer_groups(weights: np.ndarray, total: int) -> list[int]:
-    """Sum workgroups of each layer when ``total`` are shared by ``weights``
-    (bk_layer_groups in nn/grad_reduce.slang computes the same)."""
-    w = int(weights.sum())
-    return [max(1, (total * int(k) + w - 1) // w) for k in weights]
 
 
 #: The reduction every ParameterStore uses unless given another (benchmarks set it);
@@ -383,10 +365,6 @@ class ParameterStore:
                              f"of groupshared memory (at most {ROW_COPY_SHARED_BYTES}); use row_copy=False "
                              "or a smaller workgroup")
         self.linear_args = [", ".join(str(v) for v in args) for args in layout]
-        self.reduce_weights = layer_weights(spec, red.balance_layers)
-        # g_reduce_weights: their sum, then each layer's (nn/grad_reduce.slang)
-        self.reduce_weights_buffer = make_buffer(
-            self.device, np.concatenate([[self.reduce_weights.sum()], self.reduce_weights]).astype(np.uint32))
         self.acc_count = acc
         self.row_bytes = row
         self.acts = make_buffer(self.device, np.zeros(row * red.group, np.uint8))
@@ -413,13 +391,6 @@ class ParameterStore:
         if not self.coopvec:
             return -(-batch // (64 * self.tiles_per_group))
         return min(-(-batch // self.reduction.group), self.reduction.max_groups)
-
-    def reduce_layout(self, batch: int) -> tuple[int, int]:
-        """Split-K's sum over ``batch`` samples: its workgroups over all layers, and the
-        widest layer's (the dispatch's width; narrower layers leave the rest idle)."""
-        red = self.reduction
-        total = max(1, min(red.split_k_groups, -(-batch // red.group))) * len(self.spec.layers)
-        return total, max(layer_groups(self.reduce_weights, total))
 
     def reserve_rows(self, batch: int) -> None:
         """Split-K mode: room for the stored activations of ``batch`` samples' whole tiles."""
@@ -506,7 +477,7 @@ class ParameterStore:
         """Bindings the network's forward/backward pass reads and accumulates into."""
         if self.coopvec:
             return {"g_weights16": self.weights16, "g_grad_parts": self.grad_parts, "g_loss_state": self.loss_state,
-                    "g_acts": self.acts, "g_reduce_weights": self.reduce_weights_buffer}
+                    "g_acts": self.acts}
         return {"g_params": self.params, "g_grads": self.grads}
 
     def optimizer_vars(self) -> dict:

@@ -167,18 +167,18 @@ class Trainer:
                              u=self.objective.uniforms(self.step, c.batch, c.seed))
         self._mark(encoder, "train_step")
         if self._reduce is not None and not self.store.reduction.skip_sums:
-            group = self.store.reduction.group
-            groups, width = self.store.reduce_layout(c.batch)
+            red = self.store.reduction
+            groups = max(1, min(red.split_k_groups, -(-c.batch // red.group)))
             layers = len(self.spec.layers)
             if fused:
                 g = self.groups[0]
-                rows = -(-g.update_threads // (width * group))
-                self._reduce_update.dispatch([width * group, layers + rows, 1],
+                rows = -(-g.update_threads // (groups * red.group))
+                self._reduce_update.dispatch([groups * red.group, layers + rows, 1],
                                              vars=dict(self._vars(), **g.optimizer_vars()), command_encoder=encoder,
-                                             batch=c.batch, groups=groups, width=width, layers=layers,
+                                             batch=c.batch, groups=groups, layers=layers,
                                              **self._plain_uniforms(g))
             else:
-                self._reduce.dispatch([width * group, layers, 1], vars=self._vars(),
+                self._reduce.dispatch([groups * red.group, layers, 1], vars=self._vars(),
                                       command_encoder=encoder, batch=c.batch, groups=groups)
             self._mark(encoder, "reduce")
 
