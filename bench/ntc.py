@@ -157,15 +157,15 @@ def speed(a, dev):
     for scatter in a.big_scatter:
         for samples in a.big_samples:
             for updates in a.big_updates:
-                for dispatches in a.big_dispatches:
-                    trainer_module.FUSE_PLAIN_UPDATE = trainer_module.FUSE_LOSS_SCALE = dispatches == "fused"
+                for loss_scale in a.big_loss_scale:
+                    trainer_module.FUSE_LOSS_SCALE = loss_scale == "fused"
                     for seed in range(a.big_repeat):
                         yield speed_run(a, dev, mat, scatter, samples, updates, seed)
-    trainer_module.FUSE_PLAIN_UPDATE = trainer_module.FUSE_LOSS_SCALE = True
+    trainer_module.FUSE_LOSS_SCALE = True
 
 
 #: What tells one speed variant from another in a row (and in _variant's words).
-VARIANT_KEYS = ("latent_scatter", "line_texels", "patches", "latent_updates", "dispatches")
+VARIANT_KEYS = ("latent_scatter", "line_texels", "patches", "latent_updates", "loss_scale")
 
 
 def speed_summary(rows: list[dict]) -> list[dict]:
@@ -222,7 +222,7 @@ def speed_run(a, dev, mat, scatter: str, samples: str, updates: str, seed: int) 
     return {"size": a.big, "bpp": point.bpp, "latent_bits": bits, "features": point.grid.features,
             "latent_scatter": obj.latent_scatter, "line_texels": obj.line_texels, "patches": obj.patches,
             "lazy_latents": lazy, "latent_updates": updates, "seed": seed,
-            "dispatches": "fused" if tr._reduce_update is not None else "separate",
+            "loss_scale": "fused" if dev.coopvec and trainer_module.FUSE_LOSS_SCALE else "separate",
             "steps": a.big_steps,
             "batch": a.big_batch, "ms_per_step": round(ms, 4),
             "final_set_psnr": final["set_psnr"], "time_to_final_s": final["train_s"],
@@ -232,12 +232,12 @@ def speed_run(a, dev, mat, scatter: str, samples: str, updates: str, seed: int) 
             "wall_s": round(time.perf_counter() - t0, 2)}
 
 
-def _variant(scatter: str, line_texels: int, patches: bool, updates: str, dispatches: str = "") -> str:
+def _variant(scatter: str, line_texels: int, patches: bool, updates: str, loss_scale: str = "") -> str:
     samples = f"lines of {line_texels}" if line_texels else "patches" if patches else "texel samples"
     return (f"{scatter} latent scatter, {samples}, "
             f"{'lazy over marked cells' if updates == 'touched' else updates} latent updates"
-            + (", latent update and loss scale in the sum's and Adam's dispatches" if dispatches == "fused" else
-               ", each update in its own dispatch" if dispatches else ""))
+            + (", loss scale in Adam's dispatch" if loss_scale == "fused" else
+               ", loss scale in its own dispatch" if loss_scale else ""))
 
 
 def markdown(rows: list[dict]) -> str:
@@ -290,9 +290,9 @@ def main() -> int:
                         "gradient reading every gradient (lazy), or only those with a gradient reading the "
                         "gradients of the cells the training kernel marked (touched: the ntc stage's lazy "
                         "updates, the default, with patches)")
-    p.add_argument("--big-dispatches", nargs="+", choices=("fused", "separate"), default=["fused"],
-                   help="speed set, one run each: the latent update in the split-K sum's dispatch and the "
-                        "loss-scale step in Adam's (fused: the trainer's default), or each in its own dispatch")
+    p.add_argument("--big-loss-scale", nargs="+", choices=("fused", "separate"), default=["fused"],
+                   help="speed set, one run each: the loss-scale step in Adam's dispatch (fused: the "
+                        "trainer's default) or in its own")
     p.add_argument("--big-repeat", type=int, default=1,
                    help="runs of each speed variant, seeds 0..N-1 (N > 1: a summary per variant, the median "
                         "ms/step and the final set PSNR from the mean MSE over the runs)")

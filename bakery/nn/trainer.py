@@ -2,11 +2,10 @@
 Slang code computing its loss, Adam, a learning-rate schedule, checkpoints.
 
 A step is two dispatches (objective backward with gradient accumulation, then Adam; on
-the CoopVec backend also the split-K sum where it applies, with the first parameter
-group's update in the same dispatch, and the loss-scale update: in Adam's dispatch, or
-its own where it also refreshes transposed weight copies), recorded many steps at a time into one command buffer so
-Python never sits between GPU steps. Batches are drawn on the GPU from (seed,
-step, thread), so a run is fully determined by its seed - and on the portable backend
+the CoopVec backend also the split-K sum where it applies, and the loss-scale update in
+its own where it also refreshes transposed weight copies), recorded many steps at a time
+into one command buffer so Python never sits between GPU steps. Batches are drawn on the
+GPU from (seed, step, thread), so a run is fully determined by its seed - and on the portable backend
 reproducible bit for bit.
 """
 
@@ -26,20 +25,9 @@ from bakery.nn.parameters import LOSS_SCALE_INTERVAL, LOSS_SCALE_MAX, ParameterS
 
 GROUP = 64  # numthreads of objective kernels other than train_step (decode, evaluation)
 
-#: With split-K weight gradients, the first parameter group's optimizer step shares the
-#: sum's dispatch (nn/reduce_and_update.slang); the same updates. Benchmarks switch it off
-#: to time the two dispatches.
-FUSE_PLAIN_UPDATE = True
 #: The loss-scale step runs in Adam's last workgroup where no weight copies need
 #: refreshing (nn/adam.slang); the same updates. Benchmarks switch it off likewise.
 FUSE_LOSS_SCALE = True
-
-
-def reduce_and_update_source(reduce_source: str, optimizer: Adam) -> str:
-    """The split-K sum's program (ending in nn/grad_reduce.slang) with a parameter group's
-    optimizer step beside it in one entry point (nn/reduce_and_update.slang)."""
-    return (reduce_source + optimizer.plain_defines() + "#define PLAIN_GROUP BK_GROUP\n"
-            + '#include "nn/adam_plain.slang"\n#include "nn/reduce_and_update.slang"\n')
 
 
 class Objective(Protocol):
@@ -111,14 +99,9 @@ class Trainer:
             # the loss-scale step's own dispatch, where it also refreshes weight copies
             self._scale = device.kernel(adam_source, "loss_scale_update") if self.store.coopvec else None
         self._train = device.kernel(self.source, "train_step")
-        self._reduce = self._reduce_update = None
+        self._reduce = None
         if self.store is not None and self.store.coopvec and self.store.reduction.mode == "splitk":
-            reduce_source = self.source + '#include "nn/grad_reduce.slang"\n'
-            self._reduce = device.kernel(reduce_source, "bk_reduce_gradients")
-            if self.groups and FUSE_PLAIN_UPDATE and not self.store.reduction.skip_sums:
-                # The first group's update shares the sum's dispatch (nn/reduce_and_update.slang).
-                self._reduce_update = device.kernel(reduce_and_update_source(reduce_source, config.optimizer),
-                                                    "bk_reduce_and_update")
+            self._reduce = device.kernel(self.source + '#include "nn/grad_reduce.slang"\n', "bk_reduce_gradients")
         if self.groups:
             self._adam_plain = device.kernel(config.optimizer.plain_defines() + '#include "nn/adam_plain.slang"\n',
                                              "adam_plain_step")
@@ -149,9 +132,7 @@ class Trainer:
         u = self.objective.uniforms(0, self.config.batch, self.config.seed)
         return 1.0 / u["grad_scale"] if u.get("grad_scale") else float(self.config.batch)
 
-    def _record_backward(self, encoder, fused: bool = False) -> None:
-        """The training kernel and the split-K sum; ``fused``: the first parameter group's
-        update runs in the sum's dispatch (``_record_update`` then leaves it out)."""
+    def _record_backward(self, encoder) -> None:
         c = self.config
         if self.store is not None:
             # Persistent workgroups (bakery/nn/mlp_coopvec.slang; portable: mlp_portable.slang).
@@ -169,39 +150,21 @@ class Trainer:
         if self._reduce is not None and not self.store.reduction.skip_sums:
             red = self.store.reduction
             groups = max(1, min(red.split_k_groups, -(-c.batch // red.group)))
-            layers = len(self.spec.layers)
-            if fused:
-                g = self.groups[0]
-                rows = -(-g.update_threads // (groups * red.group))
-                self._reduce_update.dispatch([groups * red.group, layers + rows, 1],
-                                             vars=dict(self._vars(), **g.optimizer_vars()), command_encoder=encoder,
-                                             batch=c.batch, groups=groups, layers=layers,
-                                             **self._plain_uniforms(g))
-            else:
-                self._reduce.dispatch([groups * red.group, layers, 1], vars=self._vars(),
-                                      command_encoder=encoder, batch=c.batch, groups=groups)
+            self._reduce.dispatch([groups * red.group, len(self.spec.layers), 1], vars=self._vars(),
+                                  command_encoder=encoder, batch=c.batch, groups=groups)
             self._mark(encoder, "reduce")
 
     def _record_step(self, encoder) -> None:
         self._mark(encoder, "start")
-        fused = self._reduce_update is not None
-        self._record_backward(encoder, fused)
-        self._record_update(encoder, fused)
-
-    def _plain_uniforms(self, g) -> dict:
-        """Uniforms of a parameter group's optimizer step at the current step."""
-        c = self.config
-        glr = learning_rate(c.schedule, g.lr, self.step, c.steps, c.final_lr_ratio)
-        return dict(u=c.optimizer.uniforms(self.step + 1, glr, g.count, g.grad_scale),
-                    **g.optimizer_uniforms(self.step), **c.optimizer.plain_uniforms())
+        self._record_backward(encoder)
+        self._record_update(encoder)
 
     def _mark(self, encoder, phase: str) -> None:
         """Tells the optional ``profiler`` (benchmarks: GPU timestamps) a phase ended."""
         if self.profiler is not None:
             self.profiler(encoder, phase)
 
-    def _record_update(self, encoder, fused: bool = False) -> None:
-        """The optimizers; ``fused``: the first group's already ran with the sum."""
+    def _record_update(self, encoder) -> None:
         c = self.config
         lr = learning_rate(c.schedule, c.optimizer.lr, self.step, c.steps, c.final_lr_ratio)
         if self.store is not None and self.store.coopvec:
@@ -219,9 +182,11 @@ class Trainer:
             n = self.spec.param_count
             self._adam.dispatch([n, 1, 1], vars=self.store.optimizer_vars(), command_encoder=encoder,
                                 u=c.optimizer.uniforms(self.step + 1, lr, n, self.store.grad_scale))
-        for g in self.groups[1 if fused else 0:]:
+        for g in self.groups:
+            glr = learning_rate(c.schedule, g.lr, self.step, c.steps, c.final_lr_ratio)
             self._adam_plain.dispatch([g.update_threads, 1, 1], vars=g.optimizer_vars(), command_encoder=encoder,
-                                      **self._plain_uniforms(g))
+                                      u=c.optimizer.uniforms(self.step + 1, glr, g.count, g.grad_scale),
+                                      **g.optimizer_uniforms(self.step), **c.optimizer.plain_uniforms())
         self._mark(encoder, "optimizer")
         self.step += 1
 
