@@ -231,7 +231,7 @@ float anatomy_value(uint t, uint i)
 [numthreads(BK_GROUP, 1, 1)]
 void anatomy(uint3 tid: SV_DispatchThreadID, uint3 gtid: SV_GroupThreadID)
 {
-    bk_train_begin(gtid.x, 0);  // no batch: rows stored by sample
+    bk_train_begin(gtid.x);
     bk_train_sample(tid.x);
     float[BK_ANATOMY_IN] x;
     for (int i = 0; i < BK_ANATOMY_IN; i++)

@@ -92,7 +92,6 @@ VARIANTS = {
     "rows in blocks of 128, generated backward": replace(GENERATED, row_block=128),
     "rows in blocks of 32, warp copies, generated backward": BLOCKS,
     "rows in blocks of 128, warp copies, generated backward": replace(BLOCKS, row_block=128),
-    "rows in blocks of 32, warp copies, recent rows first": replace(BLOCKS, recent_rows_first=True),
     "rows in blocks of 32, warp copies, 264 groups": replace(BLOCKS, reduce_groups=264),
     "rows in blocks of 32, warp copies, 528 groups": replace(BLOCKS, reduce_groups=528),
     "rows in blocks of 32, warp copies, unroll 4": replace(BLOCKS, unroll=4),

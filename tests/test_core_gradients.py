@@ -110,7 +110,7 @@ StructuredBuffer<float> g_x; StructuredBuffer<float> g_t; RWStructuredBuffer<flo
 }
 [shader("compute")][numthreads(BK_GROUP, 1, 1)]
 void input_grad(uint3 tid: SV_DispatchThreadID, uint3 gtid: SV_GroupThreadID, uniform uint n, uniform float scale) {
-    bk_train_begin(gtid.x, n);
+    bk_train_begin(gtid.x);
     bk_train_sample(tid.x);  // split-K stores its rows (and warp copies find their block) by sample
     uint i = min(tid.x, n - 1);
     float[2] x = { g_x[2 * i], g_x[2 * i + 1] };

@@ -12,26 +12,22 @@ import pytest
 from bakery.nn.codegen import program_source
 from bakery.nn.encodings import FrequencyEncoding, IdentityEncoding
 from bakery.nn.network import NetworkSpec
-from bakery.nn.parameters import CoopVecReduction, ParameterStore, make_buffer, row_tile_order
+from bakery.nn.parameters import CoopVecReduction, ParameterStore, make_buffer
 from bakery.nn.stack import NetworkStack
 from tests.test_coopvec_layout import _FakeDevice
 
 
-@pytest.mark.parametrize("group,groups,unroll,reduce,out_tiles,block,recent", [
-    (256, 3, 1, "rows", 1, 1, False), (128, 5, 4, "rows", 1, 1, False), (256, 7, 8, "rows", 1, 1, False),
-    (128, 5, 4, "rows", 1, 32, False), (128, 5, 4, "rows", 1, 32, True), (128, 9, 1, "rows", 1, 1, True),
-    (256, 3, 1, "mma", 1, 1, False), (128, 5, 2, "mma", 1, 1, False), (64, 2, 1, "mma", 1, 1, False),
-    (256, 7, 4, "mma", 1, 1, False), (256, 3, 2, "mma", 2, 1, False), (128, 5, 2, "mma", 2, 1, False),
-    (128, 5, 1, "mma", 4, 1, False), (256, 7, 1, "mma", 3, 1, False), (128, 5, 2, "mma", 1, 32, False),
-    (256, 7, 1, "mma", 3, 128, False), (128, 5, 2, "mma", 1, 32, True), (64, 4, 2, "mma", 1, 32, True)])
+@pytest.mark.parametrize("group,groups,unroll,reduce,out_tiles,block", [
+    (256, 3, 1, "rows", 1, 1), (128, 5, 4, "rows", 1, 1), (256, 7, 8, "rows", 1, 1), (128, 5, 4, "rows", 1, 32),
+    (256, 3, 1, "mma", 1, 1), (128, 5, 2, "mma", 1, 1), (64, 2, 1, "mma", 1, 1), (256, 7, 4, "mma", 1, 1),
+    (256, 3, 2, "mma", 2, 1), (128, 5, 2, "mma", 2, 1), (128, 5, 1, "mma", 4, 1), (256, 7, 1, "mma", 3, 1),
+    (128, 5, 2, "mma", 1, 32), (256, 7, 1, "mma", 3, 128)])
 @pytest.mark.parametrize("stacked", [False, True])
-def test_split_k_reduction_matches_numpy(device, group, groups, unroll, reduce, out_tiles, block, recent, stacked):
+def test_split_k_reduction_matches_numpy(device, group, groups, unroll, reduce, out_tiles, block, stacked):
     """Every layer's dW and db, also for a stack of networks (each network reduces its own
     layers, found by their index in the whole store), with warps owning one output tile,
     several, a whole layer, or a partial last group of them (out_tiles 2 over 3 tiles),
-    from rows stored one per sample or interleaved over blocks of samples (row_block),
-    over equal shares of the batch or whole tiles each (recent_rows_first; 9 workgroups
-    for 7 whole tiles leave two idle)."""
+    from rows stored one per sample or interleaved over blocks of samples (row_block)."""
     import slangpy as spy
 
     if reduce == "mma" and not device.spy.has_feature(spy.Feature.cooperative_matrix):
@@ -42,8 +38,7 @@ def test_split_k_reduction_matches_numpy(device, group, groups, unroll, reduce, 
                              ("Network", NetworkSpec(IdentityEncoding(8), (40,), 3))))
     store = ParameterStore(_FakeDevice(), spec,
                            reduction=CoopVecReduction(group=group, mode="splitk", unroll=unroll, reduce=reduce,
-                                                      out_tiles=out_tiles, row_block=block,
-                                                      recent_rows_first=recent))
+                                                      out_tiles=out_tiles, row_block=block))
     batch = 1000
     rng = np.random.default_rng(7)
     # Rows past the batch, up to the next multiple of 16, as training leaves them: inputs
@@ -64,7 +59,7 @@ def test_split_k_reduction_matches_numpy(device, group, groups, unroll, reduce, 
     source = (store.defines() + "#define BAKERY_COOPVEC 1\n" + '#include "nn/mlp.slang"\n'
               + program_source(spec, store.linear_args) + '#include "nn/grad_reduce.slang"\n')
     module = device.spy.load_module_from_source(
-        f"grad_reduce_test_{group}_{unroll}_{reduce}_{out_tiles}_{block}_{recent}_{stacked}", source)
+        f"grad_reduce_test_{group}_{unroll}_{reduce}_{out_tiles}_{block}_{stacked}", source)
     kernel = device.spy.create_compute_kernel(
         device.spy.link_program([module], [module.entry_point("bk_reduce_gradients")]))
     grads = make_buffer(device, np.zeros(spec.param_count, np.float32))
@@ -80,42 +75,3 @@ def test_split_k_reduction_matches_numpy(device, group, groups, unroll, reduce, 
                                    rtol=1e-4, atol=2e-3)
         np.testing.assert_allclose(got[l.bias_offset:l.bias_offset + l.n_out], dy.sum(0), rtol=1e-4, atol=2e-3)
     assert state.to_numpy().view(np.float32)[2] == 0.0  # finite: no overflow flagged
-
-
-ROW_OF = """
-RWStructuredBuffer<uint> g_rows;
-[shader("compute")][numthreads(BK_GROUP, 1, 1)]
-void rows_of(uint3 tid: SV_DispatchThreadID, uint3 gtid: SV_GroupThreadID, uniform uint batch) {
-    bk_train_begin(gtid.x, batch);
-    bk_train_sample(tid.x);
-    g_rows[tid.x] = bk_sample;
-}
-"""
-
-
-@pytest.mark.parametrize("batch,groups", [(1 << 18, 132), (1000, 5), (128 * 7, 3), (100, 4), (128 * 40 + 64, 16)])
-def test_recent_rows_first_stores_every_sample_once(device, batch, groups):
-    """recent_rows_first (bk_row_of): the training kernel's rows are a permutation of its
-    samples' that keeps each tile whole and every partial tile in place, matches the numpy
-    twin, and puts the whole tiles it runs last at the starts of the sum's ranges."""
-    spec = NetworkSpec(FrequencyEncoding(2, 3), (24, 40), 3)
-    store = ParameterStore(_FakeDevice(), spec, reduction=CoopVecReduction(
-        group=128, mode="splitk", reduce_groups=groups, recent_rows_first=True))
-    source = store.defines() + "#define BAKERY_COOPVEC 1\n" + '#include "nn/mlp.slang"\n' + ROW_OF
-    module = device.spy.load_module_from_source(f"rows_of_test_{groups}", source)
-    kernel = device.spy.create_compute_kernel(device.spy.link_program([module], [module.entry_point("rows_of")]))
-    tiles, full = -(-batch // 128), batch // 128
-    out = make_buffer(device, np.zeros(tiles * 128, np.uint32))
-    device.submit(lambda enc: kernel.dispatch([tiles * 128, 1, 1], vars={"g_rows": out}, command_encoder=enc,
-                                              batch=batch))
-    device.wait()
-    rows = out.to_numpy().view(np.uint32)[: tiles * 128].astype(np.int64)
-    assert sorted(rows) == list(range(tiles * 128))
-    assert (rows % 128 == np.arange(tiles * 128) % 128).all()  # lanes stay in their tile's row
-    tile = rows[::128] // 128
-    np.testing.assert_array_equal(tile[:full], row_tile_order(full, groups))
-    assert (tile[full:] == np.arange(full, tiles)).all()
-    ranges = min(groups, max(full, 1))
-    if full:
-        firsts = [r * (full // ranges) + min(r, full % ranges) for r in range(ranges)]
-        assert sorted(tile[full - ranges:full]) == firsts  # the last run whole tiles start the ranges

@@ -27,7 +27,7 @@ RWStructuredBuffer<float> g_out;
 }
 [shader("compute")][numthreads(BK_GROUP, 1, 1)]
 void train_step(uint3 tid: SV_DispatchThreadID, uint3 gtid: SV_GroupThreadID) {
-    bk_train_begin(gtid.x, 0);  // no batch: rows stored by sample
+    bk_train_begin(gtid.x);
     bk_train_sample(tid.x);
     float[2] x = { float(tid.x) / 4096.0, 0.25 };
     var p = diffPair(x);

@@ -73,10 +73,6 @@ class CoopVecReduction:
     in groupshared memory and copies them out 16 bytes per lane, whole cache lines at a
     time, rather than each thread storing its own vectors (needs ``row_block`` a multiple
     of 32 for the copies to cover whole lines).
-    ``recent_rows_first``: split-K's sum splits the batch into whole tiles per workgroup,
-    and the training kernel puts the rows of the tiles it runs last (still in L2 when the
-    sum starts) at the starts of those ranges, where the sum's workgroups begin reading
-    (row_tile_order).
     ``staging`` "none" and ``skip_sums`` leave
     out the staging and the per-thread sums (wrong gradients; in split-K mode, the row
     stores and the reduction dispatch), and ``swap_loads`` loads the cooperative-matrix
@@ -102,7 +98,6 @@ class CoopVecReduction:
     generated_backward: bool = False
     row_block: int = 1
     row_copy: bool = False
-    recent_rows_first: bool = False
 
     @property
     def chunked(self) -> bool:
@@ -138,8 +133,6 @@ class CoopVecReduction:
         if self.row_copy and (self.mode != "splitk" or self.row_block % 32):
             raise ValueError("row_copy needs mode 'splitk' and a row_block that is a multiple of 32 "
                              "(a warp's copies then write whole lines)")
-        if self.recent_rows_first and self.mode != "splitk":
-            raise ValueError("recent_rows_first orders split-K's stored rows: it needs mode 'splitk'")
         if self.swap_loads and self.reduce != "mma":
             raise ValueError("swap_loads times the cooperative-matrix sum's loads: it needs reduce 'mma'")
         if self.row_copy and self.backward == "mma":
@@ -156,15 +149,6 @@ class CoopVecReduction:
         """Halfs each layer's x or dy segment of a stored row is padded to: whole 16 x 16
         tiles for the cooperative-matrix reduction, 16-byte groups otherwise."""
         return 16 if self.reduce == "mma" else 8
-
-
-def row_tile_order(full_tiles: int, groups: int) -> np.ndarray:
-    """recent_rows_first: the tile whose rows the training kernel's tile ``v`` stores, for
-    every whole tile (bk_row_of in nn/mlp_coopvec.slang; numpy twin for tests)."""
-    ranges = min(groups, max(full_tiles, 1))
-    back = full_tiles - 1 - np.arange(full_tiles)
-    r = back % ranges
-    return r * (full_tiles // ranges) + np.minimum(r, full_tiles % ranges) + back // ranges
 
 
 #: The reduction every ParameterStore uses unless given another (benchmarks set it);
@@ -487,7 +471,6 @@ class ParameterStore:
             ("BK_TILE_BWD", int(red.backward == "mma")), ("BK_TB_WIDTH", self.tile_width),
             ("BK_TB_HALF_ACC", int(red.tile_accumulator == "half")),
             ("BK_ROW_ALIGN", red.row_align), ("BK_ACTS_BLOCK", red.row_block), ("BK_ACTS_COPY", int(red.row_copy)),
-            ("BK_ROW_RANGES", red.split_k_groups if red.recent_rows_first else 0),
             ("BK_ACTS_ROWQ", _copy_row_groups(max(w for _, w in self.row_slots)))))
 
     def network_vars(self) -> dict:
