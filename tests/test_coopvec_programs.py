@@ -26,19 +26,24 @@ def _texture(dev):
     return NetworkSpec(FrequencyEncoding(2, 3), (64, 64), 3), TextureFit(dev, image)
 
 
-def _ntc(dev, **layout):
+def _ntc(dev, scatter="staged", **layout):
     from bakery.stages.ntc.objective import LatentTextureFit
     from bakery.stages.ntc.rate import choose
 
     image = np.random.default_rng(0).random((32, 32, 4), dtype=np.float32)
     point = choose(32, 32, 4, 16.0, hidden=16, layers=1, bits=4, pe_octaves=2)
-    return point.network, LatentTextureFit(dev, image, point.grid, latent_scatter="staged", lazy_latents=True,
+    return point.network, LatentTextureFit(dev, image, point.grid, latent_scatter=scatter, lazy_latents=True,
                                            **(layout or {"line_texels": 8}))
 
 
-def _ntc_patches(dev):
+def _ntc_patches(dev, scatter="staged"):
     """The large-set choice (patches, lazy updates), reading only the marked latent cells."""
-    return _ntc(dev, patches=True, touched_cells=True)
+    return _ntc(dev, scatter, patches=True, touched_cells=True)
+
+
+def _ntc_patches_wave(dev):
+    """Patches with the wave scatter (runs of lanes on one cell summed by shuffles)."""
+    return _ntc_patches(dev, "wave")
 
 
 def _material(dev):
@@ -51,8 +56,8 @@ def _material(dev):
 
 
 @pytest.mark.parametrize("backward", ["default", "autodiff", "mma", "thread-stores"])
-@pytest.mark.parametrize("job", [_texture, _ntc, _ntc_patches, _material],
-                         ids=["neural_texture", "ntc", "ntc_patches", "neural_material"])
+@pytest.mark.parametrize("job", [_texture, _ntc, _ntc_patches, _ntc_patches_wave, _material],
+                         ids=["neural_texture", "ntc", "ntc_patches", "ntc_patches_wave", "neural_material"])
 def test_training_program_builds_for_coopvec(coopvec_stand_in, job, backward, monkeypatch):
     if backward != "default":
         monkeypatch.setattr(parameters, "COOPVEC_REDUCTION", parameters.CoopVecReduction(

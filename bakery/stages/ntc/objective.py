@@ -23,7 +23,7 @@ from bakery.nn.texel_objective import TexelObjective
 LATENT_BITS = (1, 2, 4, 8)   # code widths that tile a 32-bit word exactly
 LATENT_MODES = ("packed", "bc")
 LOD_INPUT_SCALE = 0.25       # the decoder's last input is LOD * this
-LATENT_SCATTER = ("thread", "staged", "none")  # BK_NTC_SCATTER 0, 1, 2 in ntc_fit.slang
+LATENT_SCATTER = ("thread", "staged", "none", "wave")  # BK_NTC_SCATTER 0, 1, 2, 3 in ntc_fit.slang
 
 
 def mip_size(size: int, level: int) -> int:
