@@ -194,13 +194,15 @@ class LatentTextureFit(TexelObjective):
         self.patches = bool(patches)
         #: How latent gradients leave the kernel (ntc_fit.slang BK_NTC_SCATTER): "staged"
         #: (each warp's in coalesced runs, for a GPU's memory system; per-thread adds where
-        #: a workgroup's staging slots would not fit beside the network's), "thread" (each
-        #: thread its own; on the CPU device staging was slower, measured with the
-        #: workgroup-staged design: 128^2 check, 254 against 186 ms/step), or "none" (a
-        #: benchmark's diagnostic: the latents do not train). None: the device's choice.
-        #: Read when the trainer compiles the kernels.
+        #: a workgroup's staging slots would not fit beside the network's), "wave" (runs of
+        #: lanes on one cell summed by shuffles, one add per run: patches put a row's
+        #: texels on shared cells; on the H200's 2048^2 set the training kernel took 345
+        #: against 352 us staged), "thread" (each thread its own; on the CPU device staging
+        #: was slower, measured with the workgroup-staged design: 128^2 check, 254 against
+        #: 186 ms/step), or "none" (a benchmark's diagnostic: the latents do not train).
+        #: None: the device's choice. Read when the trainer compiles the kernels.
         if latent_scatter is None:
-            latent_scatter = "thread" if device.info.software else "staged"
+            latent_scatter = "thread" if device.info.software else "wave" if patches else "staged"
         if latent_scatter not in LATENT_SCATTER:
             raise ValueError(f"latent_scatter must be one of {LATENT_SCATTER}, got {latent_scatter!r}")
         self.latent_scatter = latent_scatter
