@@ -279,7 +279,7 @@ def main() -> int:
     p.add_argument("--big-steps", type=int, default=20000)
     p.add_argument("--big-batch", type=int, default=1 << 18)
     p.add_argument("--big-scatter", nargs="+", choices=("auto", *LATENT_SCATTER), default=["auto"],
-                   help="latent-gradient scatters of the speed set, one run each (auto: on a GPU wave with "
+                   help="latent-gradient scatters of the speed set, one run each (auto: on a GPU shuffle with "
                         "patches, else staged; per thread on the CPU; none: a diagnostic, the latents do not train)")
     p.add_argument("--big-samples", nargs="+", choices=tuple(SAMPLE_LAYOUTS), default=["patches"],
                    help="speed set training samples, one run each: independent texels, lines of N texels "

@@ -41,9 +41,9 @@ def _ntc_patches(dev, scatter="staged"):
     return _ntc(dev, scatter, patches=True, touched_cells=True)
 
 
-def _ntc_patches_wave(dev):
-    """Patches with the wave scatter (runs of lanes on one cell summed by shuffles)."""
-    return _ntc_patches(dev, "wave")
+def _ntc_patches_shuffle(dev):
+    """Patches with the shuffle scatter (runs of lanes on one cell summed by shuffles)."""
+    return _ntc_patches(dev, "shuffle")
 
 
 def _material(dev):
@@ -56,8 +56,8 @@ def _material(dev):
 
 
 @pytest.mark.parametrize("backward", ["default", "autodiff", "mma", "thread-stores"])
-@pytest.mark.parametrize("job", [_texture, _ntc, _ntc_patches, _ntc_patches_wave, _material],
-                         ids=["neural_texture", "ntc", "ntc_patches", "ntc_patches_wave", "neural_material"])
+@pytest.mark.parametrize("job", [_texture, _ntc, _ntc_patches, _ntc_patches_shuffle, _material],
+                         ids=["neural_texture", "ntc", "ntc_patches", "ntc_patches_shuffle", "neural_material"])
 def test_training_program_builds_for_coopvec(coopvec_stand_in, job, backward, monkeypatch):
     if backward != "default":
         monkeypatch.setattr(parameters, "COOPVEC_REDUCTION", parameters.CoopVecReduction(

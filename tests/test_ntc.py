@@ -476,7 +476,7 @@ def _bricks_crop(size: int, bpp: float):
                                                    (1, "patches", 32, 16.0), (3, "patches", 48, 16.0),
                                                    (2, "patches", 96, 4.0), (1, "patches", 80, 16.0)])
 def test_staged_latent_scatter_gives_the_same_bits(device, steps, layout, size, bpp):
-    """The staged latent-gradient scatter (each warp's, the GPU default) and the wave one
+    """The staged latent-gradient scatter (each warp's, the GPU default without patches) and the shuffle one
     (runs of lanes on one cell summed by shuffles) add the same fixed-point values as the
     per-thread one, so the latents after a step are identical
     (after several steps too where the network's own gradients are exact: the portable
@@ -505,14 +505,14 @@ def test_staged_latent_scatter_gives_the_same_bits(device, steps, layout, size, 
 
     thread = train("thread", layout)
     np.testing.assert_array_equal(thread, train("staged", layout))
-    np.testing.assert_array_equal(thread, train("wave", layout))
+    np.testing.assert_array_equal(thread, train("shuffle", layout))
     train("none", layout)
     if layout != "texels":
         assert not np.array_equal(thread, train("thread", "texels"))
 
 
 @pytest.mark.parametrize("scatter,layout", [("thread", "texels"), ("staged", "texels"), ("staged", "patches"),
-                                            ("wave", "patches")])
+                                            ("shuffle", "patches")])
 def test_touched_cells_give_the_lazy_updates_bit_for_bit(device, scatter, layout):
     """touched_cells: the lazy latent Adam reads only the cells the training kernel marked,
     and updates exactly the latents, with exactly the values, it updates reading every

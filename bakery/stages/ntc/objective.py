@@ -23,7 +23,7 @@ from bakery.nn.texel_objective import TexelObjective
 LATENT_BITS = (1, 2, 4, 8)   # code widths that tile a 32-bit word exactly
 LATENT_MODES = ("packed", "bc")
 LOD_INPUT_SCALE = 0.25       # the decoder's last input is LOD * this
-LATENT_SCATTER = ("thread", "staged", "none", "wave")  # BK_NTC_SCATTER 0, 1, 2, 3 in ntc_fit.slang
+LATENT_SCATTER = ("thread", "staged", "none", "shuffle")  # BK_NTC_SCATTER 0, 1, 2, 3 in ntc_fit.slang
 
 
 def mip_size(size: int, level: int) -> int:
@@ -194,7 +194,7 @@ class LatentTextureFit(TexelObjective):
         self.patches = bool(patches)
         #: How latent gradients leave the kernel (ntc_fit.slang BK_NTC_SCATTER): "staged"
         #: (each warp's in coalesced runs, for a GPU's memory system; per-thread adds where
-        #: a workgroup's staging slots would not fit beside the network's), "wave" (runs of
+        #: a workgroup's staging slots would not fit beside the network's), "shuffle" (runs of
         #: lanes on one cell summed by shuffles, one add per run: patches put a row's
         #: texels on shared cells; on the H200's 2048^2 set the training kernel took 345
         #: against 352 us staged), "thread" (each thread its own; on the CPU device staging
@@ -202,7 +202,7 @@ class LatentTextureFit(TexelObjective):
         #: 186 ms/step), or "none" (a benchmark's diagnostic: the latents do not train).
         #: None: the device's choice. Read when the trainer compiles the kernels.
         if latent_scatter is None:
-            latent_scatter = "thread" if device.info.software else "wave" if patches else "staged"
+            latent_scatter = "thread" if device.info.software else "shuffle" if patches else "staged"
         if latent_scatter not in LATENT_SCATTER:
             raise ValueError(f"latent_scatter must be one of {LATENT_SCATTER}, got {latent_scatter!r}")
         self.latent_scatter = latent_scatter
