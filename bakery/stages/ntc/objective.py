@@ -197,12 +197,14 @@ class LatentTextureFit(TexelObjective):
         #: a workgroup's staging slots would not fit beside the network's), "shuffle" (runs of
         #: lanes on one cell summed by shuffles, one add per run: patches put a row's
         #: texels on shared cells; on the H200's 2048^2 set the training kernel took 345
-        #: against 352 us staged), "thread" (each thread its own; on the CPU device staging
+        #: against 352 us staged; chosen on NVIDIA's 32-lane warps, since 64-lane waves
+        #: fall back to per-thread adds), "thread" (each thread its own; on the CPU device staging
         #: was slower, measured with the workgroup-staged design: 128^2 check, 254 against
         #: 186 ms/step), or "none" (a benchmark's diagnostic: the latents do not train).
         #: None: the device's choice. Read when the trainer compiles the kernels.
         if latent_scatter is None:
-            latent_scatter = "thread" if device.info.software else "shuffle" if patches else "staged"
+            latent_scatter = ("thread" if device.info.software else
+                              "shuffle" if patches and getattr(device, "coopvec", False) else "staged")
         if latent_scatter not in LATENT_SCATTER:
             raise ValueError(f"latent_scatter must be one of {LATENT_SCATTER}, got {latent_scatter!r}")
         self.latent_scatter = latent_scatter
