@@ -29,7 +29,9 @@ command_of() {
     ntc)             echo "python3 bench/ntc.py --device vulkan --big 2048 --big-steps 2000 --check 500" ;;
     ntc_scatter)     echo "python3 bench/ntc.py --device vulkan --bpp --big 2048 --big-steps 1000 --check 500" \
                           "--big-scatter thread staged none --big-samples texels lines --big-updates dense" \
-                          "--out bench/out/ntc_scatter.json" ;;
+                          "--out bench/out/ntc_scatter.json &&" \
+                          "python3 bench/ntc.py --device vulkan --bpp --big 2048 --big-steps 1000 --check 500" \
+                          "--big-scatter staged shuffle --out bench/out/ntc_scatter_patches.json" ;;
     ntc_updates)     echo "python3 bench/ntc.py --device vulkan --bpp --big 2048 --big-steps 3000 --check 500" \
                           "--big-scatter staged --big-samples texels lines8 patches --big-updates dense lazy" \
                           "--out bench/out/ntc_updates.json" ;;

@@ -148,7 +148,8 @@ SAMPLE_LAYOUTS = {"texels": {}, "lines": {"line_texels": 32}, "lines16": {"line_
 
 def speed(a, dev):
     """The N^2 set trained once per requested variant (latent scatter x sample layout x
-    latent updates), the set made once; yields each variant's row as it finishes."""
+    latent updates x loss-scale dispatch) and seed, the set made once; yields each run's
+    row as it finishes."""
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([sys.executable, str(ROOT / "scripts" / "make_assets.py"), "--out", tmp, "--size",
                         str(a.big)], check=True, capture_output=True)
@@ -222,7 +223,8 @@ def speed_run(a, dev, mat, scatter: str, samples: str, updates: str, seed: int) 
     return {"size": a.big, "bpp": point.bpp, "latent_bits": bits, "features": point.grid.features,
             "latent_scatter": obj.latent_scatter, "line_texels": obj.line_texels, "patches": obj.patches,
             "lazy_latents": lazy, "latent_updates": updates, "seed": seed,
-            "loss_scale": "fused" if dev.coopvec and trainer_module.FUSE_LOSS_SCALE else "separate",
+            "loss_scale": ("none" if not dev.coopvec else  # the portable backend scales no loss
+                           "fused" if trainer_module.FUSE_LOSS_SCALE and tr.store.copy_words == 0 else "separate"),
             "steps": a.big_steps,
             "batch": a.big_batch, "ms_per_step": round(ms, 4),
             "final_set_psnr": final["set_psnr"], "time_to_final_s": final["train_s"],
@@ -236,8 +238,8 @@ def _variant(scatter: str, line_texels: int, patches: bool, updates: str, loss_s
     samples = f"lines of {line_texels}" if line_texels else "patches" if patches else "texel samples"
     return (f"{scatter} latent scatter, {samples}, "
             f"{'lazy over marked cells' if updates == 'touched' else updates} latent updates"
-            + (", loss scale in Adam's dispatch" if loss_scale == "fused" else
-               ", loss scale in its own dispatch" if loss_scale else ""))
+            + {"fused": ", loss scale in Adam's dispatch", "separate": ", loss scale in its own dispatch",
+               "none": ", no loss scaling"}.get(loss_scale, ""))
 
 
 def markdown(rows: list[dict]) -> str:

@@ -2,9 +2,10 @@
 Slang code computing its loss, Adam, a learning-rate schedule, checkpoints.
 
 A step is two dispatches (objective backward with gradient accumulation, then Adam; on
-the CoopVec backend also the split-K sum where it applies, and the loss-scale update in
-its own where it also refreshes transposed weight copies), recorded many steps at a time
-into one command buffer so Python never sits between GPU steps. Batches are drawn on the
+the CoopVec backend also the split-K sum where it applies; the loss-scale update runs in
+Adam's last workgroup, or in a dispatch of its own where it also refreshes transposed
+weight copies), recorded many steps at a time into one command buffer so Python never sits
+between GPU steps. Batches are drawn on the
 GPU from (seed, step, thread), so a run is fully determined by its seed - and on the portable backend
 reproducible bit for bit.
 """
@@ -26,7 +27,8 @@ from bakery.nn.parameters import LOSS_SCALE_INTERVAL, LOSS_SCALE_MAX, ParameterS
 GROUP = 64  # numthreads of objective kernels other than train_step (decode, evaluation)
 
 #: The loss-scale step runs in Adam's last workgroup where no weight copies need
-#: refreshing (nn/adam.slang); the same updates. Benchmarks switch it off likewise.
+#: refreshing (nn/adam.slang); the same updates as a dispatch of its own, which benchmarks
+#: switch this off to time.
 FUSE_LOSS_SCALE = True
 
 
