@@ -198,9 +198,10 @@ class LatentTextureFit(TexelObjective):
         #: lanes on one cell summed by shuffles, one add per run: patches put a row's
         #: texels on shared cells; on the H200's 2048^2 set the training kernel took 345
         #: against 352 us staged; chosen on NVIDIA's 32-lane warps, since 64-lane waves
-        #: fall back to per-thread adds), "thread" (each thread its own; on the CPU device staging
-        #: was slower, measured with the workgroup-staged design: 128^2 check, 254 against
-        #: 186 ms/step), or "none" (a benchmark's diagnostic: the latents do not train).
+        #: fall back to per-thread adds), "thread" (each thread its own; on the CPU device
+        #: staging was slower, measured with the workgroup-staged design: 128^2 check, 254
+        #: against 186 ms/step), or "none" (a benchmark's diagnostic: the latents do not
+        #: train).
         #: None: the device's choice. Read when the trainer compiles the kernels.
         if latent_scatter is None:
             latent_scatter = ("thread" if device.info.software else
