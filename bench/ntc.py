@@ -56,6 +56,7 @@ from bakery.materials import load_material, renormalize_normals  # noqa: E402
 from bakery.stages.ntc.rate import choose  # noqa: E402
 from bakery.pipeline.task import run_task  # noqa: E402
 from bakery.stages import StageInput, get_stage  # noqa: E402
+from bakery.stages.ntc import weighting as margin_weighting  # noqa: E402
 from bakery.stages.ntc.stage import PRESETS  # noqa: E402
 from bakery.stages.params import device_class  # noqa: E402
 from bench.clocks import decode_on_gpu, keep_busy  # noqa: E402
@@ -305,6 +306,8 @@ def main() -> int:
                    help="also materials from scripts/make_assets.py --seed S (3 per seed)")
     p.add_argument("--size", type=int, default=0, help="crop/make materials at this size (0: as stored, 256)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="extra ntc stage param")
+    p.add_argument("--margin-rounds", type=int, help="weighting=margin: pauses (ntc/weighting.py MARGIN_ROUNDS)")
+    p.add_argument("--margin-gain", type=float, help="weighting=margin: dB of weight per dB under the mean margin")
     p.add_argument("--small", action="store_true",
                    help="CPU check: 64^2 crops, one extra seed, 4 and 16 bpp, 100 steps, tiny decoder, --big 128")
     a = p.parse_args()
@@ -319,6 +322,10 @@ def main() -> int:
         a.big, a.big_steps, a.check, a.big_bpp, a.big_batch = 128, 100, 40, 16.0, 4096
     if a.reduction:
         print(f"gradient reduction: {parameters.use_reduction(a.reduction)}")
+    if a.margin_rounds is not None:
+        margin_weighting.MARGIN_ROUNDS = a.margin_rounds
+    if a.margin_gain is not None:
+        margin_weighting.MARGIN_GAIN = a.margin_gain
     dev = open_device(a.device)
     print(f"device: {dev.info.adapter} ({dev.info.backend}, cooperative vectors {dev.coopvec})", flush=True)
     print(f"settings: quality bpp {a.bpp} ({a.quality} tier: {a.steps} steps, batch {a.batch}); "
@@ -331,7 +338,8 @@ def main() -> int:
               "batch": a.batch, "reduction": reduction if dev.coopvec else None}
     print(f"materials: {a.materials} cropped to {a.size or 'stored size'}, extra seeds {a.extra_seeds}; "
           f"stage params {a.param}", flush=True)
-    result["settings"] = {"bpp": a.bpp, "extra_seeds": a.extra_seeds, "size": a.size, "params": a.param}
+    result["settings"] = {"bpp": a.bpp, "extra_seeds": a.extra_seeds, "size": a.size, "params": a.param,
+                          "margin_rounds": margin_weighting.MARGIN_ROUNDS, "margin_gain": margin_weighting.MARGIN_GAIN}
     def save() -> None:
         """The JSON so far: a run cut by its caller's time limit keeps every finished part."""
         write_atomic(Path(a.out), json.dumps(result, indent=2).encode())

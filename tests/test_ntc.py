@@ -456,6 +456,50 @@ def test_bcn_weighting_aims_every_texture_at_the_same_margin():
     assert w["roughness"] > w["ao"] > 0 and w["albedo"] > w["normal"]
 
 
+def test_margin_rebalance_moves_weight_to_the_textures_nearest_bcn():
+    """A texture under the mean margin gains weight (gain 0.75: 1.5 dB of weight per 2 dB
+    under), one over it gives weight back; the channel-weighted total stays uniform's; flat
+    maps and maps BCn keeps near-lossless keep their weight."""
+    from bakery.stages.ntc.weighting import margins, rebalance
+
+    channels = {"albedo": 3, "normal": 2, "roughness": 1, "metalness": 1}
+    report = {"textures": {"albedo": {"same_bytes_psnr": 32.0}, "normal": {"same_bytes_psnr": 26.0},
+                           "roughness": {"same_bytes_psnr": 35.0}, "metalness": {"same_bytes_psnr": 80.0}}}
+    now = {"albedo": 32.0, "normal": 32.0, "roughness": 38.0, "metalness": float("inf")}
+    assert margins(now, report) == {"albedo": 0.0, "normal": 6.0, "roughness": 3.0}
+    w = rebalance({r: 1.0 for r in channels}, now, report, channels, gain=0.75)
+    assert w["albedo"] > w["roughness"] > w["normal"]
+    assert w["albedo"] / w["roughness"] == pytest.approx(10 ** (0.75 * 3 / 10))
+    assert w["roughness"] / w["normal"] == pytest.approx(10 ** (0.75 * 3 / 10))
+    assert sum(w[r] * channels[r] for r in ("albedo", "normal", "roughness")) == pytest.approx(6.0)
+    assert w["metalness"] == 1.0
+    # equal margins: nothing moves
+    assert rebalance(w, {"albedo": 33.0, "normal": 27.0, "roughness": 36.0, "metalness": 99.0}, report,
+                     channels) == pytest.approx(w)
+
+
+def test_margin_weighting_rebalances_during_training(tmp_path):
+    """weighting=margin pauses MARGIN_ROUNDS times before the latents freeze, records each
+    pause's margins and weights, and ends with the weights it trained the last steps with
+    (the last pause raised most the weight of the texture then nearest BCn)."""
+    from bakery.stages.ntc.weighting import MARGIN_ROUNDS
+
+    mat = _material(tmp_path / "m", 32)
+    out = tmp_path / "out"
+    r = _run("run", "ntc", mat, "-o", out, "--param", "weighting=margin", "--param", "steps=60",
+             "--param", "bpp=18", "--param", "batch=1024", "--param", "hidden=16", "--param", "layers=1")
+    assert r.exit_code == 0, r.output
+    training = json.loads((out / "manifest.json").read_text())["ntc"]["training"]
+    rounds = training["weighting_rounds"]
+    assert [k["step"] for k in rounds] == [57 * k // (MARGIN_ROUNDS + 1) for k in range(1, MARGIN_ROUNDS + 1)]
+    assert training["role_weights"] == rounds[-1]["role_weights"]
+    last = rounds[-1]["margin_db"]
+    assert len(last) >= 2
+    weakest = min(last, key=last.get)
+    raised = {r: rounds[-1]["role_weights"][r] / rounds[-2]["role_weights"][r] for r in last}
+    assert raised[weakest] == max(raised.values()) and raised[weakest] > 1.0
+
+
 LAYOUTS = {"texels": {}, "lines": {"line_texels": 32}, "lines8": {"line_texels": 8}, "patches": {"patches": True}}
 
 

@@ -19,6 +19,14 @@ class TexelObjective:
         self._weight = make_buffer(device, w)
         self._output = make_buffer(device, np.zeros(image.size, np.float32))
 
+    def set_channel_weights(self, channel_weights) -> None:
+        """New per-channel loss weights for the steps after this (a weighting that
+        re-balances the channels during training)."""
+        w = np.asarray(channel_weights, np.float32)
+        if w.shape != (self.channels,):
+            raise ValueError(f"{self.channels} channel weights expected, got shape {w.shape}")
+        self._weight.copy_from_numpy(np.ascontiguousarray(w))
+
     def vars(self) -> dict:
         return {"g_target": self._target, "g_channel_weight": self._weight, "g_output": self._output}
 

@@ -24,6 +24,8 @@ from bakery.stages.ntc import bc4, packing
 from bakery.stages.ntc.objective import LATENT_BITS, LATENT_MODES, LatentTextureFit
 from bakery.stages.ntc.rate import choose, ladder
 from bakery.stages.ntc.shader import LANGUAGES, generate_ntc_decoder
+from bakery.stages.ntc import weighting as margin_weighting
+from bakery.stages.ntc.weighting import bcn_weights, margins, rebalance
 from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_record
 
 #: What ``auto`` means. At ``production`` the CPU (lavapipe) row keeps a 256^2 set under a
@@ -64,30 +66,12 @@ PRESETS = Presets({
             "production": {"steps": 6000, **_GPU},
             "final": {"steps": 20000, **_GPU}},
 }, fit=_fit_to_set)
-WEIGHT_RANGE = (0.25, 8.0)
 FREEZE_FRACTION = 0.05
-NEAR_LOSSLESS_DB = 50.0
 
 
 def _weight_params():
     return tuple(Param(f"weight_{r}", float, 1.0, f"loss weight of the {r} channels", min=0.0, max=100.0)
                  for r in ROLES)
-
-
-def bcn_weights(report: dict, roles, channels: dict[str, int]) -> dict[str, float]:
-    """Per-channel loss weights that aim every texture at the same margin over BCn at equal
-    bytes. The weighted L2 then sums MSE_t / MSE_BCn,t over textures (each texture's
-    weight times its channel count proportional to 1 / MSE_BCn,t), a soft minimum of the
-    margins: capacity moves to the maps BCn keeps well (albedo, roughness) and away from
-    those it does not (AO, normals), instead of going to the maps with the most energy as
-    plain MSE would. Normalised to the uniform total, clamped to WEIGHT_RANGE. Maps BCn
-    keeps near-lossless (> NEAR_LOSSLESS_DB: flat maps) keep weight 1: they are easy."""
-    inv = {r: 10 ** (report["textures"][r]["same_bytes_psnr"] / 10) for r in roles
-           if report["textures"][r]["same_bytes_psnr"] <= NEAR_LOSSLESS_DB}
-    if not inv:
-        return {r: 1.0 for r in roles}
-    total = sum(channels[r] for r in inv) / sum(inv.values())
-    return {r: float(np.clip(total * inv[r] / channels[r], *WEIGHT_RANGE)) if r in inv else 1.0 for r in roles}
 
 
 @register
@@ -122,8 +106,9 @@ class NeuralTextureCompression(Stage):
         Param("noise_fraction", float, 0.0, "packed mode: fraction of steps trained with uniform latent noise "
               "instead of rounding; the latents freeze for the last FREEZE_FRACTION", min=0.0, max=1.0),
         Param("bc_refresh", int, AUTO, "BC mode: steps between BC4 re-encodes of the latents", min=1, max=100_000),
-        Param("weighting", str, "uniform", "per-texture loss weights: uniform, or from the MSE of BCn at "
-              "equal bytes (bcn_weights)", choices=("uniform", "bcn")),
+        Param("weighting", str, "uniform", "per-texture loss weights: uniform; from the MSE of BCn at equal "
+              "bytes (bcn); or margin: re-weighted during training so that every texture's margin over BCn at "
+              "equal bytes nears a common one (ntc/weighting.py)", choices=("uniform", "bcn", "margin")),
         Param("baseline", bool, True, "also encode BC7/BC5/BC4 and report them"),
         Param("transcode", str, "none", "also write BCn DDS files (full mip chains) decoded from the network",
               choices=("none", "bcn")),
@@ -153,19 +138,52 @@ class NeuralTextureCompression(Stage):
 
         weighting = params["weighting"]
         report = None
-        if params["baseline"] or weighting == "bcn":
+        if params["baseline"] or weighting != "uniform":
             from bakery.baselines.material import baseline_report
             first = choose(w, h, c, params["bpp"], **rate_kw) if params["target_psnr"] <= 0 else None
             report = baseline_report(textures, neural_bpp=first.bpp if first else params["bpp"])
         channels = {r: n for r, (_, n) in zip(material.roles, material.slices)}
         role_w = bcn_weights(report, material.roles, channels) if weighting == "bcn" else {r: 1.0 for r in material.roles}
-        weights = np.concatenate([np.full(n, params[f"weight_{r}"] * role_w[r], np.float32)
-                                  for r, (_, n) in zip(material.roles, material.slices)])
+
+        def channel_weights(role_w):
+            return np.concatenate([np.full(n, params[f"weight_{r}"] * role_w[r], np.float32)
+                                   for r, (_, n) in zip(material.roles, material.slices)])
+
+        weights = channel_weights(role_w)
+        rounds = []   # margin weighting: each pause's margins and the weights it set
         cfg = TrainConfig(steps=steps, batch=batch, optimizer=Adam(lr=params["lr"]), schedule="cosine",
                           seed=ctx.seed)
 
         # lazy latent updates read only the cells the training kernel marked (the same updates)
         lazy = params["latent_updates"] == "lazy"
+
+        def scores_of(obj, trainer):
+            decoded = renormalize_normals(obj.decode(trainer), material.normal_channel)
+            return decoded, {r: psnr(decoded[..., a:a + n], material.image[..., a:a + n])
+                             for r, (a, n) in zip(material.roles, material.slices)}
+
+        def reweigh(obj, trainer, until, progress, point):
+            """margin weighting: MARGIN_ROUNDS pauses before step ``until``, each decoding
+            the set and moving weight towards the textures nearest BCn (ntc/weighting.py)."""
+            nonlocal role_w
+            base = report
+            if base.get("same_bytes", {}).get("neural_bpp") != point.bpp:
+                from bakery.baselines.material import baseline_report
+                base = baseline_report(textures, neural_bpp=point.bpp)
+            role_w = {r: 1.0 for r in material.roles}
+            rounds.clear()
+            count = margin_weighting.MARGIN_ROUNDS
+            for k in range(1, count + 1):
+                trainer.train(until * k // (count + 1) - trainer.step, progress=progress)
+                _, now = scores_of(obj, trainer)
+                role_w = rebalance(role_w, now, base, channels)
+                obj.set_channel_weights(channel_weights(role_w))
+                rounds.append({"step": trainer.step,
+                               "margin_db": {r: round(v, 3) for r, v in margins(now, base).items()},
+                               "role_weights": {r: round(v, 4) for r, v in role_w.items()}})
+                ctx.log.info("%s: step %d, margins over BCn at equal bytes %s; weights now %s", inp.name,
+                             trainer.step, {r: round(v, 2) for r, v in margins(now, base).items()},
+                             {r: round(v, 2) for r, v in role_w.items()})
 
         def train(point):
             obj = LatentTextureFit(ctx.device, material.image, point.grid, channel_weights=weights,
@@ -182,13 +200,13 @@ class NeuralTextureCompression(Stage):
                     trainer.train(refresh, progress=progress)
                 _refresh_bc(obj)
             else:
+                if weighting == "margin":
+                    reweigh(obj, trainer, freeze, progress, point)
                 # the last steps fit the decoder to the final codes, latents frozen (as RTXNTC)
-                trainer.train(freeze, progress=progress)
+                trainer.train(freeze - trainer.step, progress=progress)
                 obj.latents.lr = 0.0
                 trainer.train(progress=progress)
-            decoded = renormalize_normals(obj.decode(trainer), material.normal_channel)
-            scores = {r: psnr(decoded[..., a:a + n], material.image[..., a:a + n])
-                      for r, (a, n) in zip(material.roles, material.slices)}
+            decoded, scores = scores_of(obj, trainer)
             return point, obj, trainer, decoded, scores
 
         tried = []
@@ -252,6 +270,7 @@ class NeuralTextureCompression(Stage):
                               "noise_steps": obj.noise_steps, "latents_frozen_from_step": (
                                   None if grid.mode == "bc" else cfg.steps - int(FREEZE_FRACTION * cfg.steps)), "weighting": weighting,
                               "role_weights": {r: round(params[f"weight_{r}"] * role_w[r], 4) for r in material.roles},
+                              "weighting_rounds": rounds,
                               "loss": "weighted L2 in storage space (albedo: sRGB-encoded values, as BC7_SRGB "
                                       "stores and the PSNR measures), normals renormalised before the loss"}}
         if report is not None:
