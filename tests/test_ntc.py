@@ -64,7 +64,8 @@ def test_auto_params_resolve_per_quality_and_are_recorded(bundle, device):
     rp = m["resolved_params"]
     dclass = "cpu" if device.info.software else "gpu"
     assert (rp["device_class"], rp["quality"], rp["auto"]) == (dclass, "preview",
-                                                              ["bc_refresh", "latent_updates", "patches"])
+                                                              ["bc_refresh", "latent_updates", "patches",
+                                                                                "weighting"])
     # a 64^2 set is under COHERENT_FROM: independent texels, dense updates on every device
     assert (rp["values"]["patches"], rp["values"]["latent_updates"]) == (False, "dense")
     assert rp["values"]["bc_refresh"] == PRESETS.table[dclass]["preview"]["bc_refresh"]
@@ -456,48 +457,56 @@ def test_bcn_weighting_aims_every_texture_at_the_same_margin():
     assert w["roughness"] > w["ao"] > 0 and w["albedo"] > w["normal"]
 
 
-def test_margin_rebalance_moves_weight_to_the_textures_nearest_bcn():
-    """A texture under the mean margin gains weight (gain 0.75: 1.5 dB of weight per 2 dB
-    under), one over it gives weight back; the channel-weighted total stays uniform's; flat
-    maps and maps BCn keeps near-lossless keep their weight."""
-    from bakery.stages.ntc.weighting import margins, rebalance
+def test_margin_boosts_raise_only_the_textures_under_the_target():
+    """Dual ascent on "every texture >= target over BCn": a texture under the target gains
+    gain x its shortfall in dB of weight, one over it with no boost keeps none, a boost
+    shrinks back while its texture is over; the channel-weighted total stays uniform's and
+    flat maps (no margin) keep no boost."""
+    from bakery.stages.ntc.weighting import boost_weights, margins, raise_boosts
 
     channels = {"albedo": 3, "normal": 2, "roughness": 1, "metalness": 1}
     report = {"textures": {"albedo": {"same_bytes_psnr": 32.0}, "normal": {"same_bytes_psnr": 26.0},
                            "roughness": {"same_bytes_psnr": 35.0}, "metalness": {"same_bytes_psnr": 80.0}}}
-    now = {"albedo": 32.0, "normal": 32.0, "roughness": 38.0, "metalness": float("inf")}
-    assert margins(now, report) == {"albedo": 0.0, "normal": 6.0, "roughness": 3.0}
-    w = rebalance({r: 1.0 for r in channels}, now, report, channels, gain=0.75)
-    assert w["albedo"] > w["roughness"] > w["normal"]
-    assert w["albedo"] / w["roughness"] == pytest.approx(10 ** (0.75 * 3 / 10))
-    assert w["roughness"] / w["normal"] == pytest.approx(10 ** (0.75 * 3 / 10))
-    assert sum(w[r] * channels[r] for r in ("albedo", "normal", "roughness")) == pytest.approx(6.0)
-    assert w["metalness"] == 1.0
-    # equal margins: nothing moves
-    assert rebalance(w, {"albedo": 33.0, "normal": 27.0, "roughness": 36.0, "metalness": 99.0}, report,
-                     channels) == pytest.approx(w)
+    now = {"albedo": 32.0, "normal": 32.0, "roughness": 36.0, "metalness": float("inf")}
+    assert margins(now, report) == {"albedo": 0.0, "normal": 6.0, "roughness": 1.0}
+    boosts = raise_boosts({r: 0.0 for r in channels}, now, report, target_db=2.5, gain=1.0)
+    assert boosts == pytest.approx({"albedo": 2.5, "normal": 0.0, "roughness": 1.5, "metalness": 0.0})
+    w = boost_weights(boosts, channels)
+    assert w["albedo"] / w["normal"] == pytest.approx(10 ** 0.25)
+    assert w["roughness"] / w["metalness"] == pytest.approx(10 ** 0.15)
+    assert sum(w[r] * channels[r] for r in channels) == pytest.approx(7.0)
+    # roughness now 1 dB over the target: its boost shrinks by 1 dB; albedo's keeps growing
+    later = raise_boosts(boosts, {**now, "roughness": 38.5, "albedo": 33.0}, report, target_db=2.5, gain=1.0)
+    assert later == pytest.approx({"albedo": 4.0, "normal": 0.0, "roughness": 0.5, "metalness": 0.0})
+    # every texture over the target: uniform weights
+    assert boost_weights(raise_boosts({r: 0.0 for r in channels}, {r: 60.0 for r in channels}, report, 2.5),
+                         channels) == pytest.approx({r: 1.0 for r in channels})
 
 
 def test_margin_weighting_rebalances_during_training(tmp_path):
     """weighting=margin pauses MARGIN_ROUNDS times before the latents freeze, records each
     pause's margins and weights, and ends with the weights it trained the last steps with
-    (the last pause raised most the weight of the texture then nearest BCn)."""
-    from bakery.stages.ntc.weighting import MARGIN_ROUNDS
+    (a target no texture reaches: the last pause raised most the weight of the texture then
+    furthest under it)."""
+    from bakery.stages.ntc.weighting import MARGIN_CUSHION_DB, MARGIN_GAIN, MARGIN_ROUNDS, boost_weights
 
     mat = _material(tmp_path / "m", 32)
     out = tmp_path / "out"
-    r = _run("run", "ntc", mat, "-o", out, "--param", "weighting=margin", "--param", "steps=60",
+    r = _run("run", "ntc", mat, "-o", out, "--param", "weighting=margin", "--param", "margin_db=30", "--param", "steps=60",
              "--param", "bpp=18", "--param", "batch=1024", "--param", "hidden=16", "--param", "layers=1")
     assert r.exit_code == 0, r.output
-    training = json.loads((out / "manifest.json").read_text())["ntc"]["training"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    training = manifest["ntc"]["training"]
     rounds = training["weighting_rounds"]
     assert [k["step"] for k in rounds] == [57 * k // (MARGIN_ROUNDS + 1) for k in range(1, MARGIN_ROUNDS + 1)]
     assert training["role_weights"] == rounds[-1]["role_weights"]
     last = rounds[-1]["margin_db"]
     assert len(last) >= 2
-    weakest = min(last, key=last.get)
-    raised = {r: rounds[-1]["role_weights"][r] / rounds[-2]["role_weights"][r] for r in last}
-    assert raised[weakest] == max(raised.values()) and raised[weakest] > 1.0
+    for r, m in last.items():   # every texture under 30 dB: each boost grew by gain x its shortfall
+        assert rounds[-1]["boost_db"][r] - rounds[-2]["boost_db"][r] == pytest.approx(
+            MARGIN_GAIN * (30.0 + MARGIN_CUSHION_DB - m), abs=2e-3)
+    channels = {r: n for r, (_, n) in manifest["ntc"]["material"]["channels"].items()}
+    assert boost_weights(rounds[-1]["boost_db"], channels) == pytest.approx(rounds[-1]["role_weights"], abs=1e-3)
 
 
 LAYOUTS = {"texels": {}, "lines": {"line_texels": 32}, "lines8": {"line_texels": 8}, "patches": {"patches": True}}

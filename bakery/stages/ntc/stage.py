@@ -25,7 +25,7 @@ from bakery.stages.ntc.objective import LATENT_BITS, LATENT_MODES, LatentTexture
 from bakery.stages.ntc.rate import choose, ladder
 from bakery.stages.ntc.shader import LANGUAGES, generate_ntc_decoder
 from bakery.stages.ntc import weighting as margin_weighting
-from bakery.stages.ntc.weighting import bcn_weights, margins, rebalance
+from bakery.stages.ntc.weighting import bcn_weights, boost_weights, margins, raise_boosts
 from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_record
 
 #: What ``auto`` means. At ``production`` the CPU (lavapipe) row keeps a 256^2 set under a
@@ -36,8 +36,9 @@ from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_
 #: the CPU's few steps they leave a flat map near 35 dB where 4-bit codes decode it near-exact.
 #: On a GPU, sets of COHERENT_FROM texels and more train on patches with lazy latent
 #: updates (_fit_to_set).
-_CPU = {"patches": False, "latent_updates": "dense"}
-_GPU = {"batch": 1 << 18, "hidden": 64, "bc_refresh": 100, "latent_bits": 2, "patches": True, "latent_updates": "lazy"}
+_CPU = {"patches": False, "latent_updates": "dense", "weighting": "uniform"}
+_GPU = {"batch": 1 << 18, "hidden": 64, "bc_refresh": 100, "latent_bits": 2, "patches": True, "latent_updates": "lazy",
+        "weighting": "margin"}
 COHERENT_FROM = 2048 * 2048
 
 
@@ -77,7 +78,7 @@ def _weight_params():
 @register
 class NeuralTextureCompression(Stage):
     type_name = "ntc"
-    version = "3"
+    version = "4"
     description = "compress a material's texture set (with mips) into latent textures + a decoder MLP"
     input_roles = tuple(ROLES)
     params = (
@@ -106,9 +107,11 @@ class NeuralTextureCompression(Stage):
         Param("noise_fraction", float, 0.0, "packed mode: fraction of steps trained with uniform latent noise "
               "instead of rounding; the latents freeze for the last FREEZE_FRACTION", min=0.0, max=1.0),
         Param("bc_refresh", int, AUTO, "BC mode: steps between BC4 re-encodes of the latents", min=1, max=100_000),
-        Param("weighting", str, "uniform", "per-texture loss weights: uniform; from the MSE of BCn at equal "
-              "bytes (bcn); or margin: re-weighted during training so that every texture's margin over BCn at "
-              "equal bytes nears a common one (ntc/weighting.py)", choices=("uniform", "bcn", "margin")),
+        Param("weighting", str, AUTO, "per-texture loss weights: uniform (plain MSE); from the MSE of BCn at "
+              "equal bytes (bcn); or margin: raised during training for every texture under margin_db over BCn "
+              "at equal bytes (ntc/weighting.py)", choices=("uniform", "bcn", "margin")),
+        Param("margin_db", float, 2.0, "weighting=margin: the dB over BCn at equal bytes every texture is held to",
+              min=-20.0, max=30.0),
         Param("baseline", bool, True, "also encode BC7/BC5/BC4 and report them"),
         Param("transcode", str, "none", "also write BCn DDS files (full mip chains) decoded from the network",
               choices=("none", "bcn")),
@@ -164,22 +167,27 @@ class NeuralTextureCompression(Stage):
 
         def reweigh(obj, trainer, until, progress, point):
             """margin weighting: MARGIN_ROUNDS pauses before step ``until``, each decoding
-            the set and moving weight towards the textures nearest BCn (ntc/weighting.py)."""
+            the set and raising the weights of the textures under ``margin_db`` over BCn at
+            equal bytes (ntc/weighting.py)."""
             nonlocal role_w
             base = report
             if base.get("same_bytes", {}).get("neural_bpp") != point.bpp:
                 from bakery.baselines.material import baseline_report
                 base = baseline_report(textures, neural_bpp=point.bpp)
-            role_w = {r: 1.0 for r in material.roles}
+            boosts = {r: 0.0 for r in material.roles}
+            role_w = boost_weights(boosts, channels)
             rounds.clear()
             count = margin_weighting.MARGIN_ROUNDS
+            aim = params["margin_db"] + margin_weighting.MARGIN_CUSHION_DB
             for k in range(1, count + 1):
                 trainer.train(until * k // (count + 1) - trainer.step, progress=progress)
                 _, now = scores_of(obj, trainer)
-                role_w = rebalance(role_w, now, base, channels)
+                boosts = raise_boosts(boosts, now, base, aim)
+                role_w = boost_weights(boosts, channels)
                 obj.set_channel_weights(channel_weights(role_w))
                 rounds.append({"step": trainer.step,
                                "margin_db": {r: round(v, 3) for r, v in margins(now, base).items()},
+                               "boost_db": {r: round(v, 3) for r, v in boosts.items()},
                                "role_weights": {r: round(v, 4) for r, v in role_w.items()}})
                 ctx.log.info("%s: step %d, margins over BCn at equal bytes %s; weights now %s", inp.name,
                              trainer.step, {r: round(v, 2) for r, v in margins(now, base).items()},

@@ -5,9 +5,10 @@ studio asks of a compressed set is that *every* map beat what it ships today (BC
 bytes), so the two weightings here aim at margins over BCn:
 
 - ``bcn`` (a priori): each texture weighted by 1 / MSE of BCn at equal bytes.
-- ``margin`` (measured): training pauses a few times, decodes the set, and moves weight
-  from the textures furthest above BCn to those nearest it (:func:`rebalance`), so the
-  margins converge on a common one instead of a few maps taking what the weakest need.
+- ``margin`` (measured): training pauses a few times, decodes the set, and raises the
+  weight of every texture under a target margin over BCn until it reaches it
+  (:func:`raise_boosts`); the others keep plain MSE's weighting, less what the raised
+  ones take. The set keeps the quality it can while no map falls under the target.
 
 Maps BCn keeps near-lossless (flat ones) keep weight 1: they are easy, and their dB
 figure (~110 dB one step, inf the next) would only add noise to a margin.
@@ -23,10 +24,12 @@ WEIGHT_RANGE = (0.25, 8.0)
 NEAR_LOSSLESS_DB = 50.0
 #: Pauses of ``margin`` weighting, spread evenly over the steps before the latents freeze.
 MARGIN_ROUNDS = 8
-#: dB of weight change per dB of a texture's margin below the mean (each round).
-MARGIN_GAIN = 0.75
-#: ``margin`` weights' clamp: wider than WEIGHT_RANGE, since a map far above BCn (AO,
-#: normals) can give most of its weight away and keep its margin.
+#: dB of extra weight per dB a texture is under its target margin (each round).
+MARGIN_GAIN = 1.0
+#: The pauses aim this far above the asked margin: they see the set before its last steps.
+MARGIN_CUSHION_DB = 0.5
+#: ``margin`` weights' clamp: wider than WEIGHT_RANGE, since the maps far above BCn (AO,
+#: normals) can give most of their weight away and keep their margins.
 MARGIN_WEIGHT_RANGE = (1 / 16, 16.0)
 
 
@@ -62,17 +65,19 @@ def margins(psnr: dict[str, float], report: dict) -> dict[str, float]:
     return out
 
 
-def rebalance(weights: dict[str, float], psnr: dict[str, float], report: dict,
-              channels: dict[str, int], gain: float | None = None) -> dict[str, float]:
-    """One round of ``margin`` weighting: each texture's weight times
-    10^(gain * (mean margin - its margin) / 10), renormalised to the uniform total and
-    clamped to MARGIN_WEIGHT_RANGE. A texture 2 dB under the mean margin gets 1.5 dB (x1.41)
-    more weight at gain 0.75; one above it gives weight back. Textures without a margin
-    keep theirs."""
+def raise_boosts(boosts: dict[str, float], psnr: dict[str, float], report: dict, target_db: float,
+                 gain: float | None = None) -> dict[str, float]:
+    """One pause of ``margin`` weighting, as dual ascent on "every texture at least
+    ``target_db`` over BCn at equal bytes": each texture's boost (dB of extra loss weight,
+    never below 0) grows by ``gain`` x its shortfall, and shrinks back while it is over the
+    target. Textures over the target with no boost keep plain MSE's weight, so a material
+    whose maps all beat the target trains as uniform weighting would."""
     gain = MARGIN_GAIN if gain is None else gain
     m = margins(psnr, report)
-    if len(m) < 2:
-        return dict(weights)
-    mean = float(np.mean(list(m.values())))
-    moved = {r: w * 10 ** (gain * (mean - m[r]) / 10) if r in m else w for r, w in weights.items()}
-    return _normalised(moved, channels, list(m), MARGIN_WEIGHT_RANGE)
+    return {r: max(0.0, b + gain * (target_db - m[r])) if r in m else b for r, b in boosts.items()}
+
+
+def boost_weights(boosts: dict[str, float], channels: dict[str, int]) -> dict[str, float]:
+    """Loss weights from boosts: 10^(boost / 10), scaled to the uniform total (so the maps
+    without a boost give up what the boosted gain), clamped to MARGIN_WEIGHT_RANGE."""
+    return _normalised({r: 10 ** (b / 10) for r, b in boosts.items()}, channels, list(boosts), MARGIN_WEIGHT_RANGE)
