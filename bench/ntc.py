@@ -307,7 +307,8 @@ def main() -> int:
     p.add_argument("--size", type=int, default=0, help="crop/make materials at this size (0: as stored, 256)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="extra ntc stage param")
     p.add_argument("--margin-rounds", type=int, help="weighting=margin: pauses (ntc/weighting.py MARGIN_ROUNDS)")
-    p.add_argument("--margin-gain", type=float, help="weighting=margin: dB of weight per dB under the mean margin")
+    p.add_argument("--margin-gain", type=float, help="weighting=margin: dB of weight per dB under the target (MARGIN_GAIN)")
+    p.add_argument("--margin-cushion", type=float, help="weighting=margin: dB the pauses aim above margin_db")
     p.add_argument("--small", action="store_true",
                    help="CPU check: 64^2 crops, one extra seed, 4 and 16 bpp, 100 steps, tiny decoder, --big 128")
     a = p.parse_args()
@@ -326,6 +327,8 @@ def main() -> int:
         margin_weighting.MARGIN_ROUNDS = a.margin_rounds
     if a.margin_gain is not None:
         margin_weighting.MARGIN_GAIN = a.margin_gain
+    if a.margin_cushion is not None:
+        margin_weighting.MARGIN_CUSHION_DB = a.margin_cushion
     dev = open_device(a.device)
     print(f"device: {dev.info.adapter} ({dev.info.backend}, cooperative vectors {dev.coopvec})", flush=True)
     print(f"settings: quality bpp {a.bpp} ({a.quality} tier: {a.steps} steps, batch {a.batch}); "
@@ -339,7 +342,8 @@ def main() -> int:
     print(f"materials: {a.materials} cropped to {a.size or 'stored size'}, extra seeds {a.extra_seeds}; "
           f"stage params {a.param}", flush=True)
     result["settings"] = {"bpp": a.bpp, "extra_seeds": a.extra_seeds, "size": a.size, "params": a.param,
-                          "margin_rounds": margin_weighting.MARGIN_ROUNDS, "margin_gain": margin_weighting.MARGIN_GAIN}
+                          "margin_rounds": margin_weighting.MARGIN_ROUNDS, "margin_gain": margin_weighting.MARGIN_GAIN,
+                          "margin_cushion_db": margin_weighting.MARGIN_CUSHION_DB}
     def save() -> None:
         """The JSON so far: a run cut by its caller's time limit keeps every finished part."""
         write_atomic(Path(a.out), json.dumps(result, indent=2).encode())

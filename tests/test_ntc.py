@@ -25,8 +25,10 @@ SIZE = 64
 # (whose preset picks 2-bit codes, which need more than 200 steps to decode a flat map
 # near-exact). 16 features keep this 64^2 set's grid coarse (2.4 texels per cell): the
 # automatic choice's 12 features on a 2.1-texel grid train too few samples per cell in 200
-# steps (normal 0.03 dB over its mean colour, where the bound asks for 1 dB).
-SMALL = ["--param", "bpp=18", "--param", "steps=200", "--param", "batch=4096", "--param", "hidden=16",
+# steps (normal 0.03 dB over its mean colour, where the bound asks for 1 dB). Uniform
+# weighting as well: the GPU presets' margin weighting steers by BCn at equal bytes, which
+# at 18 bpp and 200 steps every map is still far under (test_margin_* cover it).
+SMALL = ["--param", "weighting=uniform", "--param", "bpp=18", "--param", "steps=200", "--param", "batch=4096", "--param", "hidden=16",
          "--param", "layers=1", "--param", "latent_lr=0.05", "--param", "lr=0.01", "--param", "latent_bits=4",
          "--param", "features=16"]
 
@@ -64,11 +66,13 @@ def test_auto_params_resolve_per_quality_and_are_recorded(bundle, device):
     rp = m["resolved_params"]
     dclass = "cpu" if device.info.software else "gpu"
     assert (rp["device_class"], rp["quality"], rp["auto"]) == (dclass, "preview",
-                                                              ["bc_refresh", "latent_updates", "patches",
-                                                                                "weighting"])
+                                                              ["bc_refresh", "latent_updates", "patches"])
     # a 64^2 set is under COHERENT_FROM: independent texels, dense updates on every device
     assert (rp["values"]["patches"], rp["values"]["latent_updates"]) == (False, "dense")
     assert rp["values"]["bc_refresh"] == PRESETS.table[dclass]["preview"]["bc_refresh"]
+    assert rp["values"]["weighting"] == "uniform"      # SMALL pins it; auto is margin on a GPU only
+    assert {PRESETS.table[d][q]["weighting"] for d in ("cpu", "gpu") for q in ("preview", "production", "final")
+            } == {"uniform", "margin"} and PRESETS.table["gpu"]["production"]["weighting"] == "margin"
     assert (rp["values"]["steps"], rp["values"]["batch"], rp["values"]["hidden"]) == (200, 4096, 16)  # explicit wins
     training = m["ntc"]["training"]
     assert (training["device_class"], training["quality"], training["steps"]) == (dclass, "preview", 200)
@@ -462,25 +466,28 @@ def test_margin_boosts_raise_only_the_textures_under_the_target():
     gain x its shortfall in dB of weight, one over it with no boost keeps none, a boost
     shrinks back while its texture is over; the channel-weighted total stays uniform's and
     flat maps (no margin) keep no boost."""
-    from bakery.stages.ntc.weighting import boost_weights, margins, raise_boosts
+    from bakery.stages.ntc.weighting import boost_weights, compared_roles, margins, raise_boosts
 
-    channels = {"albedo": 3, "normal": 2, "roughness": 1, "metalness": 1}
+    channels = {"albedo": 3, "normal": 2, "roughness": 1, "ao": 1, "metalness": 1}
     report = {"textures": {"albedo": {"same_bytes_psnr": 32.0}, "normal": {"same_bytes_psnr": 26.0},
-                           "roughness": {"same_bytes_psnr": 35.0}, "metalness": {"same_bytes_psnr": 80.0}}}
-    now = {"albedo": 32.0, "normal": 32.0, "roughness": 36.0, "metalness": float("inf")}
+                           "roughness": {"same_bytes_psnr": 35.0}, "ao": {"same_bytes_psnr": 25.0},
+                           "metalness": {"same_bytes_psnr": 80.0}}}
+    steered = compared_roles(report, channels)
+    assert steered == ["albedo", "normal", "roughness", "ao"]   # the flat metalness keeps weight 1
+    now = {"albedo": 32.0, "normal": 32.0, "roughness": 36.0, "ao": 55.0, "metalness": float("inf")}
     assert margins(now, report) == {"albedo": 0.0, "normal": 6.0, "roughness": 1.0}
-    boosts = raise_boosts({r: 0.0 for r in channels}, now, report, target_db=2.5, gain=1.0)
-    assert boosts == pytest.approx({"albedo": 2.5, "normal": 0.0, "roughness": 1.5, "metalness": 0.0})
+    boosts = raise_boosts({r: 0.0 for r in steered}, now, report, target_db=2.5, gain=1.0)
+    assert boosts == pytest.approx({"albedo": 2.5, "normal": 0.0, "roughness": 1.5, "ao": 0.0})
     w = boost_weights(boosts, channels)
     assert w["albedo"] / w["normal"] == pytest.approx(10 ** 0.25)
-    assert w["roughness"] / w["metalness"] == pytest.approx(10 ** 0.15)
-    assert sum(w[r] * channels[r] for r in channels) == pytest.approx(7.0)
+    assert w["roughness"] / w["ao"] == pytest.approx(10 ** 0.15)
+    assert sum(w[r] * channels[r] for r in steered) == pytest.approx(7.0)
     # roughness now 1 dB over the target: its boost shrinks by 1 dB; albedo's keeps growing
     later = raise_boosts(boosts, {**now, "roughness": 38.5, "albedo": 33.0}, report, target_db=2.5, gain=1.0)
-    assert later == pytest.approx({"albedo": 4.0, "normal": 0.0, "roughness": 0.5, "metalness": 0.0})
+    assert later == pytest.approx({"albedo": 4.0, "normal": 0.0, "roughness": 0.5, "ao": 0.0})
     # every texture over the target: uniform weights
-    assert boost_weights(raise_boosts({r: 0.0 for r in channels}, {r: 60.0 for r in channels}, report, 2.5),
-                         channels) == pytest.approx({r: 1.0 for r in channels})
+    over = raise_boosts({r: 0.0 for r in steered}, {r: 45.0 for r in channels}, report, 2.5)
+    assert boost_weights(over, channels) == pytest.approx({r: 1.0 for r in steered})
 
 
 def test_margin_weighting_rebalances_during_training(tmp_path):
@@ -506,7 +513,10 @@ def test_margin_weighting_rebalances_during_training(tmp_path):
         assert rounds[-1]["boost_db"][r] - rounds[-2]["boost_db"][r] == pytest.approx(
             MARGIN_GAIN * (30.0 + MARGIN_CUSHION_DB - m), abs=2e-3)
     channels = {r: n for r, (_, n) in manifest["ntc"]["material"]["channels"].items()}
-    assert boost_weights(rounds[-1]["boost_db"], channels) == pytest.approx(rounds[-1]["role_weights"], abs=1e-3)
+    steered = boost_weights(rounds[-1]["boost_db"], channels)
+    assert {**{r: 1.0 for r in channels}, **steered} == pytest.approx(rounds[-1]["role_weights"], abs=1e-3)
+    flat = set(channels) - set(steered)     # bricks' metalness: BCn keeps it near-lossless
+    assert flat and all(rounds[-1]["role_weights"][r] == 1.0 for r in flat)
 
 
 LAYOUTS = {"texels": {}, "lines": {"line_texels": 32}, "lines8": {"line_texels": 8}, "patches": {"patches": True}}

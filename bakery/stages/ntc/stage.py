@@ -25,7 +25,7 @@ from bakery.stages.ntc.objective import LATENT_BITS, LATENT_MODES, LatentTexture
 from bakery.stages.ntc.rate import choose, ladder
 from bakery.stages.ntc.shader import LANGUAGES, generate_ntc_decoder
 from bakery.stages.ntc import weighting as margin_weighting
-from bakery.stages.ntc.weighting import bcn_weights, boost_weights, margins, raise_boosts
+from bakery.stages.ntc.weighting import bcn_weights, boost_weights, compared_roles, margins, raise_boosts
 from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_record
 
 #: What ``auto`` means. At ``production`` the CPU (lavapipe) row keeps a 256^2 set under a
@@ -174,8 +174,8 @@ class NeuralTextureCompression(Stage):
             if base.get("same_bytes", {}).get("neural_bpp") != point.bpp:
                 from bakery.baselines.material import baseline_report
                 base = baseline_report(textures, neural_bpp=point.bpp)
-            boosts = {r: 0.0 for r in material.roles}
-            role_w = boost_weights(boosts, channels)
+            boosts = {r: 0.0 for r in compared_roles(base, material.roles)}
+            role_w = {r: 1.0 for r in material.roles}
             rounds.clear()
             count = margin_weighting.MARGIN_ROUNDS
             aim = params["margin_db"] + margin_weighting.MARGIN_CUSHION_DB
@@ -183,7 +183,7 @@ class NeuralTextureCompression(Stage):
                 trainer.train(until * k // (count + 1) - trainer.step, progress=progress)
                 _, now = scores_of(obj, trainer)
                 boosts = raise_boosts(boosts, now, base, aim)
-                role_w = boost_weights(boosts, channels)
+                role_w = {**role_w, **boost_weights(boosts, channels)} if boosts else role_w
                 obj.set_channel_weights(channel_weights(role_w))
                 rounds.append({"step": trainer.step,
                                "margin_db": {r: round(v, 3) for r, v in margins(now, base).items()},

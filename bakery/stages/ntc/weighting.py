@@ -25,9 +25,9 @@ NEAR_LOSSLESS_DB = 50.0
 #: Pauses of ``margin`` weighting, spread evenly over the steps before the latents freeze.
 MARGIN_ROUNDS = 8
 #: dB of extra weight per dB a texture is under its target margin (each round).
-MARGIN_GAIN = 1.0
+MARGIN_GAIN = 2.0
 #: The pauses aim this far above the asked margin: they see the set before its last steps.
-MARGIN_CUSHION_DB = 0.5
+MARGIN_CUSHION_DB = 1.0
 #: ``margin`` weights' clamp: wider than WEIGHT_RANGE, since the maps far above BCn (AO,
 #: normals) can give most of their weight away and keep their margins.
 MARGIN_WEIGHT_RANGE = (1 / 16, 16.0)
@@ -77,7 +77,15 @@ def raise_boosts(boosts: dict[str, float], psnr: dict[str, float], report: dict,
     return {r: max(0.0, b + gain * (target_db - m[r])) if r in m else b for r, b in boosts.items()}
 
 
+def compared_roles(report: dict, roles) -> list[str]:
+    """The roles ``margin`` weighting steers: those BCn does not keep near-lossless. The
+    others (flat maps) keep weight 1 whatever the rest get, so that they still decode
+    near-exact."""
+    return [r for r in roles if report["textures"][r]["same_bytes_psnr"] <= NEAR_LOSSLESS_DB]
+
+
 def boost_weights(boosts: dict[str, float], channels: dict[str, int]) -> dict[str, float]:
-    """Loss weights from boosts: 10^(boost / 10), scaled to the uniform total (so the maps
-    without a boost give up what the boosted gain), clamped to MARGIN_WEIGHT_RANGE."""
+    """Loss weights of the steered roles from their boosts: 10^(boost / 10), scaled so their
+    channel-weighted mean is 1 (the maps without a boost give up what the boosted gain),
+    clamped to MARGIN_WEIGHT_RANGE."""
     return _normalised({r: 10 ** (b / 10) for r, b in boosts.items()}, channels, list(boosts), MARGIN_WEIGHT_RANGE)
