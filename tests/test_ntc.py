@@ -490,16 +490,19 @@ def test_margin_boosts_raise_only_the_textures_under_the_target():
     assert boost_weights(over, channels) == pytest.approx({r: 1.0 for r in steered})
 
 
-def test_margin_weighting_rebalances_during_training(tmp_path):
-    """weighting=margin pauses MARGIN_ROUNDS times before the latents freeze, records each
-    pause's margins and weights, and ends with the weights it trained the last steps with
-    (a target no texture reaches: the last pause raised most the weight of the texture then
-    furthest under it)."""
+@pytest.mark.parametrize("latents", ["packed", "bc"])
+def test_margin_weighting_rebalances_during_training(tmp_path, latents):
+    """weighting=margin pauses MARGIN_ROUNDS times before the latents freeze (at the same
+    steps with BC latents, whose re-encodes come every bc_refresh steps), records each
+    pause's margins, boosts and weights, and ends with the weights it trained the last steps
+    with. A target no texture reaches (30 dB): every pause raises each boost by gain x its
+    shortfall; flat maps stay at weight 1."""
     from bakery.stages.ntc.weighting import MARGIN_CUSHION_DB, MARGIN_GAIN, MARGIN_ROUNDS, boost_weights
 
     mat = _material(tmp_path / "m", 32)
     out = tmp_path / "out"
     r = _run("run", "ntc", mat, "-o", out, "--param", "weighting=margin", "--param", "margin_db=30", "--param", "steps=60",
+             "--param", f"latents={latents}", "--param", "bc_refresh=25",
              "--param", "bpp=18", "--param", "batch=1024", "--param", "hidden=16", "--param", "layers=1")
     assert r.exit_code == 0, r.output
     manifest = json.loads((out / "manifest.json").read_text())

@@ -24,8 +24,7 @@ from bakery.stages.ntc import bc4, packing
 from bakery.stages.ntc.objective import LATENT_BITS, LATENT_MODES, LatentTextureFit
 from bakery.stages.ntc.rate import choose, ladder
 from bakery.stages.ntc.shader import LANGUAGES, generate_ntc_decoder
-from bakery.stages.ntc import weighting as margin_weighting
-from bakery.stages.ntc.weighting import bcn_weights, boost_weights, compared_roles, margins, raise_boosts
+from bakery.stages.ntc.weighting import MarginSteering, bcn_weights
 from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_record
 
 #: What ``auto`` means. At ``production`` the CPU (lavapipe) row keeps a 256^2 set under a
@@ -153,7 +152,6 @@ class NeuralTextureCompression(Stage):
                                    for r, (_, n) in zip(material.roles, material.slices)])
 
         weights = channel_weights(role_w)
-        rounds = []   # margin weighting: each pause's margins and the weights it set
         cfg = TrainConfig(steps=steps, batch=batch, optimizer=Adam(lr=params["lr"]), schedule="cosine",
                           seed=ctx.seed)
 
@@ -165,33 +163,13 @@ class NeuralTextureCompression(Stage):
             return decoded, {r: psnr(decoded[..., a:a + n], material.image[..., a:a + n])
                              for r, (a, n) in zip(material.roles, material.slices)}
 
-        def reweigh(obj, trainer, until, progress, point):
-            """margin weighting: MARGIN_ROUNDS pauses before step ``until``, each decoding
-            the set and raising the weights of the textures under ``margin_db`` over BCn at
-            equal bytes (ntc/weighting.py)."""
-            nonlocal role_w
+        def steering_for(point, until):
+            """margin weighting's pauses before step ``until``, against BCn at this rate's bytes."""
             base = report
             if base.get("same_bytes", {}).get("neural_bpp") != point.bpp:
                 from bakery.baselines.material import baseline_report
                 base = baseline_report(textures, neural_bpp=point.bpp)
-            boosts = {r: 0.0 for r in compared_roles(base, material.roles)}
-            role_w = {r: 1.0 for r in material.roles}
-            rounds.clear()
-            count = margin_weighting.MARGIN_ROUNDS
-            aim = params["margin_db"] + margin_weighting.MARGIN_CUSHION_DB
-            for k in range(1, count + 1):
-                trainer.train(until * k // (count + 1) - trainer.step, progress=progress)
-                _, now = scores_of(obj, trainer)
-                boosts = raise_boosts(boosts, now, base, aim)
-                role_w = {**role_w, **boost_weights(boosts, channels)} if boosts else role_w
-                obj.set_channel_weights(channel_weights(role_w))
-                rounds.append({"step": trainer.step,
-                               "margin_db": {r: round(v, 3) for r, v in margins(now, base).items()},
-                               "boost_db": {r: round(v, 3) for r, v in boosts.items()},
-                               "role_weights": {r: round(v, 4) for r, v in role_w.items()}})
-                ctx.log.info("%s: step %d, margins over BCn at equal bytes %s; weights now %s", inp.name,
-                             trainer.step, {r: round(v, 2) for r, v in margins(now, base).items()},
-                             {r: round(v, 2) for r, v in role_w.items()})
+            return MarginSteering(base, material.roles, channels, params["margin_db"], until)
 
         def train(point):
             obj = LatentTextureFit(ctx.device, material.image, point.grid, channel_weights=weights,
@@ -202,27 +180,46 @@ class NeuralTextureCompression(Stage):
             trainer = Trainer(ctx.device, point.network, obj, cfg)
             progress = StepProgress(ctx, cfg.steps)
             freeze = cfg.steps - int(FREEZE_FRACTION * cfg.steps)
+            steering = steering_for(point, freeze) if weighting == "margin" else None
+
+            def advance(end):
+                """Trains to step ``end``, stopping at each of the steering's pauses on the way
+                to decode the set and hand the textures new weights."""
+                end = min(end, cfg.steps)
+                while True:
+                    at = steering.next_pause() if steering is not None else None
+                    if at is not None and at <= trainer.step:
+                        now = scores_of(obj, trainer)[1]
+                        obj.set_channel_weights(channel_weights(steering.pause(trainer.step, now)))
+                        last = steering.rounds[-1]
+                        ctx.log.info("%s: step %d, margins over BCn at equal bytes %s; weights now %s", inp.name,
+                                     trainer.step, last["margin_db"], last["role_weights"])
+                        continue
+                    if trainer.step >= end:
+                        return
+                    trainer.train((end if at is None else min(end, at)) - trainer.step, progress=progress)
+
             if point.grid.mode == "bc":
                 while trainer.step < cfg.steps:
                     _refresh_bc(obj)
-                    trainer.train(refresh, progress=progress)
+                    advance(trainer.step + refresh)
                 _refresh_bc(obj)
             else:
-                if weighting == "margin":
-                    reweigh(obj, trainer, freeze, progress, point)
+                advance(freeze)
                 # the last steps fit the decoder to the final codes, latents frozen (as RTXNTC)
-                trainer.train(freeze - trainer.step, progress=progress)
                 obj.latents.lr = 0.0
-                trainer.train(progress=progress)
+                advance(cfg.steps)
             decoded, scores = scores_of(obj, trainer)
-            return point, obj, trainer, decoded, scores
+            return point, obj, trainer, decoded, scores, steering
 
         tried = []
         if params["target_psnr"] > 0:
             result = self._search_rate(ladder(w, h, c, **rate_kw), params["target_psnr"], train, tried, ctx)
         else:
             result = train(choose(w, h, c, params["bpp"], **rate_kw))
-        point, obj, trainer, decoded, scores = result
+        point, obj, trainer, decoded, scores, steering = result
+        if steering is not None:
+            role_w = steering.weights
         grid = point.grid
         net_params = trainer.params()
         if report is not None and report.get("same_bytes", {}).get("neural_bpp") != point.bpp:
@@ -278,7 +275,7 @@ class NeuralTextureCompression(Stage):
                               "noise_steps": obj.noise_steps, "latents_frozen_from_step": (
                                   None if grid.mode == "bc" else cfg.steps - int(FREEZE_FRACTION * cfg.steps)), "weighting": weighting,
                               "role_weights": {r: round(params[f"weight_{r}"] * role_w[r], 4) for r in material.roles},
-                              "weighting_rounds": rounds,
+                              "weighting_rounds": steering.rounds if steering is not None else [],
                               "loss": "weighted L2 in storage space (albedo: sRGB-encoded values, as BC7_SRGB "
                                       "stores and the PSNR measures), normals renormalised before the loss"}}
         if report is not None:

@@ -89,3 +89,32 @@ def boost_weights(boosts: dict[str, float], channels: dict[str, int]) -> dict[st
     channel-weighted mean is 1 (the maps without a boost give up what the boosted gain),
     clamped to MARGIN_WEIGHT_RANGE."""
     return _normalised({r: 10 ** (b / 10) for r, b in boosts.items()}, channels, list(boosts), MARGIN_WEIGHT_RANGE)
+
+
+class MarginSteering:
+    """``margin`` weighting over one training run: its pauses (MARGIN_ROUNDS, evenly before
+    step ``until``), the boosts and weights so far, and a record of every pause. The caller
+    trains, decodes at each pause and hands the textures' PSNRs to :meth:`pause`."""
+
+    def __init__(self, report: dict, roles, channels: dict[str, int], margin_db: float, until: int):
+        self.report, self.channels = report, channels
+        self.aim = margin_db + MARGIN_CUSHION_DB
+        self.boosts = {r: 0.0 for r in compared_roles(report, roles)}
+        self.weights = {r: 1.0 for r in roles}
+        self.pauses = [until * k // (MARGIN_ROUNDS + 1) for k in range(1, MARGIN_ROUNDS + 1)]
+        self.rounds: list[dict] = []
+
+    def next_pause(self) -> int | None:
+        """The step of the next pause, or None after the last."""
+        return self.pauses[len(self.rounds)] if len(self.rounds) < len(self.pauses) else None
+
+    def pause(self, step: int, psnr: dict[str, float]) -> dict[str, float]:
+        """Raises the boosts from the textures' PSNR at ``step``; returns every role's weight."""
+        self.boosts = raise_boosts(self.boosts, psnr, self.report, self.aim)
+        if self.boosts:
+            self.weights = {**self.weights, **boost_weights(self.boosts, self.channels)}
+        self.rounds.append({"step": step,
+                            "margin_db": {r: round(v, 3) for r, v in margins(psnr, self.report).items()},
+                            "boost_db": {r: round(v, 3) for r, v in self.boosts.items()},
+                            "role_weights": {r: round(v, 4) for r, v in self.weights.items()}})
+        return self.weights
