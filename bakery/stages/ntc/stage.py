@@ -34,7 +34,9 @@ from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_
 #: latent codes beat 4-bit on every material at 8 bpp on the H200 (+0.90 dB on the set); on
 #: the CPU's few steps they leave a flat map near 35 dB where 4-bit codes decode it near-exact.
 #: On a GPU, sets of COHERENT_FROM texels and more train on patches with lazy latent
-#: updates (_fit_to_set).
+#: updates (_fit_to_set). Margin weighting (ntc/weighting.py) on a GPU: all 30 sample
+#: textures >= 2 dB over BCn at equal bytes at 8 bpp against 26 with plain MSE, for 0.96 dB
+#: of set PSNR; the CPU's few hundred steps are too few for its pauses to steer by.
 _CPU = {"patches": False, "latent_updates": "dense", "weighting": "uniform"}
 _GPU = {"batch": 1 << 18, "hidden": 64, "bc_refresh": 100, "latent_bits": 2, "patches": True, "latent_updates": "lazy",
         "weighting": "margin"}
