@@ -70,9 +70,11 @@ def test_auto_params_resolve_per_quality_and_are_recorded(bundle, device):
     # a 64^2 set is under COHERENT_FROM: independent texels, dense updates on every device
     assert (rp["values"]["patches"], rp["values"]["latent_updates"]) == (False, "dense")
     assert rp["values"]["bc_refresh"] == PRESETS.table[dclass]["preview"]["bc_refresh"]
-    assert rp["values"]["weighting"] == "uniform"      # SMALL pins it; auto is margin on a GPU only
-    assert {PRESETS.table[d][q]["weighting"] for d in ("cpu", "gpu") for q in ("preview", "production", "final")
-            } == {"uniform", "margin"} and PRESETS.table["gpu"]["production"]["weighting"] == "margin"
+    assert rp["values"]["weighting"] == "uniform"      # SMALL pins it
+    for kind, expect in (("cpu", "uniform"), ("gpu", "margin")):   # auto: margin weighting on a GPU only
+        for quality in ("preview", "production", "final"):
+            resolved = PRESETS.resolve({"weighting": "auto", "quality": quality}, device_class=kind, size=256 * 256)
+            assert resolved["weighting"] == expect, (kind, quality)
     assert (rp["values"]["steps"], rp["values"]["batch"], rp["values"]["hidden"]) == (200, 4096, 16)  # explicit wins
     training = m["ntc"]["training"]
     assert (training["device_class"], training["quality"], training["steps"]) == (dclass, "preview", 200)
@@ -322,8 +324,10 @@ def test_generated_decoders_compile_with_glslang(bundle, tmp_path, lang):
     _glslang_compile(bundle[1], lang, tmp_path)
 
 
-def test_deterministic_bytes(tmp_path, device):
-    """Same inputs, seed and device: the same latents and weights, byte for byte."""
+@pytest.mark.parametrize("weighting", ["uniform", "margin"])
+def test_deterministic_bytes(tmp_path, device, weighting):
+    """Same inputs, seed and device: the same latents and weights, byte for byte (margin
+    weighting's pauses steer by decodes that repeat exactly too)."""
     if device.coopvec:
         pytest.skip("bit-exact repeatability is a portable-backend property")
     mat = _material(tmp_path / "m", 32)
@@ -331,7 +335,8 @@ def test_deterministic_bytes(tmp_path, device):
     for k in range(2):
         out = tmp_path / f"o{k}"
         r = _run("run", "ntc", mat, "-o", out, "--seed", 5, "--param", "steps=20", "--param", "bpp=18",
-                 "--param", "batch=1024", "--param", "hidden=16", "--param", "layers=1", "--param", "baseline=false")
+                 "--param", "batch=1024", "--param", "hidden=16", "--param", "layers=1", "--param", "baseline=false",
+                 "--param", f"weighting={weighting}")
         assert r.exit_code == 0, r.output
         outs.append(out)
     for name in ("latents.bin", "weights.bin"):
@@ -449,7 +454,7 @@ def test_bc_latents_train_open_in_pillow_and_transcode_with_mips(tmp_path):
 def test_bcn_weighting_aims_every_texture_at_the_same_margin():
     """Unclamped, weight x channels x MSE_BCn is one number for every texture (the loss
     sums MSE_t / MSE_BCn,t); flat maps BCn keeps losslessly keep weight 1."""
-    from bakery.stages.ntc.stage import bcn_weights
+    from bakery.stages.ntc.weighting import bcn_weights
 
     psnr = {"albedo": 32.0, "normal": 26.0, "roughness": 33.0, "ao": 27.0, "metalness": float("inf")}
     channels = {"albedo": 3, "normal": 2, "roughness": 1, "ao": 1, "metalness": 1}
@@ -466,16 +471,18 @@ def test_margin_boosts_raise_only_the_textures_under_the_target():
     gain x its shortfall in dB of weight, one over it with no boost keeps none, a boost
     shrinks back while its texture is over; the channel-weighted total stays uniform's and
     flat maps (no margin) keep no boost."""
-    from bakery.stages.ntc.weighting import boost_weights, compared_roles, margins, raise_boosts
+    from bakery.stages.ntc.weighting import NEAR_LOSSLESS_DB, MarginSteering, boost_weights, margins, raise_boosts, \
+        steered_roles
 
     channels = {"albedo": 3, "normal": 2, "roughness": 1, "ao": 1, "metalness": 1}
     report = {"textures": {"albedo": {"same_bytes_psnr": 32.0}, "normal": {"same_bytes_psnr": 26.0},
                            "roughness": {"same_bytes_psnr": 35.0}, "ao": {"same_bytes_psnr": 25.0},
                            "metalness": {"same_bytes_psnr": 80.0}}}
-    steered = compared_roles(report, channels)
+    steered = steered_roles(report, channels)
     assert steered == ["albedo", "normal", "roughness", "ao"]   # the flat metalness keeps weight 1
     now = {"albedo": 32.0, "normal": 32.0, "roughness": 36.0, "ao": 55.0, "metalness": float("inf")}
-    assert margins(now, report) == {"albedo": 0.0, "normal": 6.0, "roughness": 1.0}
+    # a decode over NEAR_LOSSLESS_DB counts as that: ao's boost can still shrink back
+    assert margins(now, report) == {"albedo": 0.0, "normal": 6.0, "roughness": 1.0, "ao": NEAR_LOSSLESS_DB - 25.0}
     boosts = raise_boosts({r: 0.0 for r in steered}, now, report, target_db=2.5, gain=1.0)
     assert boosts == pytest.approx({"albedo": 2.5, "normal": 0.0, "roughness": 1.5, "ao": 0.0})
     w = boost_weights(boosts, channels)
@@ -488,6 +495,18 @@ def test_margin_boosts_raise_only_the_textures_under_the_target():
     # every texture over the target: uniform weights
     over = raise_boosts({r: 0.0 for r in steered}, {r: 45.0 for r in channels}, report, 2.5)
     assert boost_weights(over, channels) == pytest.approx({r: 1.0 for r in steered})
+    # a boosted map decoded exactly gives its boost back
+    assert raise_boosts({**over, "ao": 3.0}, {**now, "ao": float("inf")}, report, 2.5)["ao"] == 0.0
+    # a map the user weights 0 (never trained) is not steered: it would take every boost
+    steering = MarginSteering(report, list(channels), ["albedo", "normal", "roughness"], channels, 2.0, until=90)
+    assert steering.pauses == [10, 20, 30, 40, 50, 60, 70, 80]
+    weights = steering.pause(10, now)
+    assert weights["ao"] == 1.0 and set(steering.boosts) == {"albedo", "normal", "roughness"}
+    # short runs: no pause at step 0, none twice at one step
+    assert MarginSteering(report, list(channels), steered, channels, 2.0, until=5).pauses == [1, 2, 3, 4]
+
+
+MARGIN_DB = -20.0   # a target the 60-step bakes below reach for some textures and not others
 
 
 @pytest.mark.parametrize("latents", ["packed", "bc"])
@@ -495,31 +514,38 @@ def test_margin_weighting_rebalances_during_training(tmp_path, latents):
     """weighting=margin pauses MARGIN_ROUNDS times before the latents freeze (at the same
     steps with BC latents, whose re-encodes come every bc_refresh steps), records each
     pause's margins, boosts and weights, and ends with the weights it trained the last steps
-    with. A target no texture reaches (30 dB): every pause raises each boost by gain x its
-    shortfall; flat maps stay at weight 1."""
-    from bakery.stages.ntc.weighting import MARGIN_CUSHION_DB, MARGIN_GAIN, MARGIN_ROUNDS, boost_weights
+    with: each pause moves each boost by gain x its texture's shortfall, within the boosts'
+    range; flat maps stay at weight 1."""
+    from bakery.stages.ntc.stage import FREEZE_FRACTION
+    from bakery.stages.ntc.weighting import MARGIN_CUSHION_DB, MARGIN_GAIN, MARGIN_ROUNDS, MAX_BOOST_DB, boost_weights
 
     mat = _material(tmp_path / "m", 32)
     out = tmp_path / "out"
-    r = _run("run", "ntc", mat, "-o", out, "--param", "weighting=margin", "--param", "margin_db=30", "--param", "steps=60",
+    r = _run("run", "ntc", mat, "-o", out, "--param", "weighting=margin", "--param", f"margin_db={MARGIN_DB}",
+             "--param", "steps=60",
              "--param", f"latents={latents}", "--param", "bc_refresh=25",
              "--param", "bpp=18", "--param", "batch=1024", "--param", "hidden=16", "--param", "layers=1")
     assert r.exit_code == 0, r.output
     manifest = json.loads((out / "manifest.json").read_text())
     training = manifest["ntc"]["training"]
     rounds = training["weighting_rounds"]
-    assert [k["step"] for k in rounds] == [57 * k // (MARGIN_ROUNDS + 1) for k in range(1, MARGIN_ROUNDS + 1)]
-    assert training["role_weights"] == rounds[-1]["role_weights"]
+    freeze = 60 - int(FREEZE_FRACTION * 60)
+    assert [k["step"] for k in rounds] == [freeze * k // (MARGIN_ROUNDS + 1) for k in range(1, MARGIN_ROUNDS + 1)]
+    assert training["role_weights"] == rounds[-1]["margin_weights"]   # every weight_<role> is 1 here
     last = rounds[-1]["margin_db"]
     assert len(last) >= 2
-    for r, m in last.items():   # every texture under 30 dB: each boost grew by gain x its shortfall
-        assert rounds[-1]["boost_db"][r] - rounds[-2]["boost_db"][r] == pytest.approx(
-            MARGIN_GAIN * (30.0 + MARGIN_CUSHION_DB - m), abs=2e-3)
+    boosts = {r: 0.0 for r in last}
+    for k in rounds:   # each pause moves each boost by gain x its shortfall, within [0, MAX_BOOST_DB]
+        for r, m in k["margin_db"].items():
+            boosts[r] = min(MAX_BOOST_DB, max(0.0, boosts[r] + MARGIN_GAIN * (MARGIN_DB + MARGIN_CUSHION_DB - m)))
+            assert k["boost_db"][r] == pytest.approx(boosts[r], abs=3e-3 * len(rounds)), (k["step"], r)
+            boosts[r] = k["boost_db"][r]
+    assert any(0.01 < b < MAX_BOOST_DB - 0.01 for k in rounds for b in k["boost_db"].values())
     channels = {r: n for r, (_, n) in manifest["ntc"]["material"]["channels"].items()}
     steered = boost_weights(rounds[-1]["boost_db"], channels)
-    assert {**{r: 1.0 for r in channels}, **steered} == pytest.approx(rounds[-1]["role_weights"], abs=1e-3)
+    assert {**{r: 1.0 for r in channels}, **steered} == pytest.approx(rounds[-1]["margin_weights"], abs=1e-3)
     flat = set(channels) - set(steered)     # bricks' metalness: BCn keeps it near-lossless
-    assert flat and all(rounds[-1]["role_weights"][r] == 1.0 for r in flat)
+    assert flat and all(rounds[-1]["margin_weights"][r] == 1.0 for r in flat)
 
 
 LAYOUTS = {"texels": {}, "lines": {"line_texels": 32}, "lines8": {"line_texels": 8}, "patches": {"patches": True}}

@@ -20,9 +20,13 @@ import math
 
 import numpy as np
 
+#: ``bcn`` weights' clamp: no map's weight more than 8x or less than 1/4 of uniform's.
 WEIGHT_RANGE = (0.25, 8.0)
+#: Above this PSNR a map is as good as lossless in 8-bit storage: BCn keeping a map above it
+#: marks a flat map, and a decode above it counts as this.
 NEAR_LOSSLESS_DB = 50.0
-#: Pauses of ``margin`` weighting, spread evenly over the steps before the latents freeze.
+#: Pauses of ``margin`` weighting, spread evenly over the steps before the last
+#: FREEZE_FRACTION (ntc/stage.py; packed latents freeze there).
 MARGIN_ROUNDS = 8
 #: dB of extra weight per dB a texture is under its target margin (each round).
 MARGIN_GAIN = 2.0
@@ -31,9 +35,12 @@ MARGIN_CUSHION_DB = 1.0
 #: ``margin`` weights' clamp: wider than WEIGHT_RANGE, since the maps far above BCn (AO,
 #: normals) can give most of their weight away and keep their margins.
 MARGIN_WEIGHT_RANGE = (1 / 16, 16.0)
+#: The largest boost: the clamp's whole span, past which more boost would only push the
+#: other maps down.
+MAX_BOOST_DB = 10 * math.log10(MARGIN_WEIGHT_RANGE[1] / MARGIN_WEIGHT_RANGE[0])
 
 
-def _normalised(weights: dict[str, float], channels: dict[str, int], roles, limits=WEIGHT_RANGE) -> dict[str, float]:
+def _normalised(weights: dict[str, float], channels: dict[str, int], roles, limits) -> dict[str, float]:
     """``roles``' weights scaled so their channel-weighted mean is 1, then clamped."""
     total = sum(channels[r] for r in roles) / sum(channels[r] * weights[r] for r in roles)
     return {r: float(np.clip(weights[r] * total, *limits)) if r in roles else weights[r] for r in weights}
@@ -45,43 +52,42 @@ def bcn_weights(report: dict, roles, channels: dict[str, int]) -> dict[str, floa
     weight times its channel count proportional to 1 / MSE_BCn,t), a soft minimum of the
     margins: capacity moves to the maps BCn keeps well (albedo, roughness) and away from
     those it does not (AO, normals), instead of going to the maps with the most energy as
-    plain MSE would. Normalised to the uniform total, clamped to WEIGHT_RANGE."""
+    plain MSE would. Normalised to the uniform total, clamped to WEIGHT_RANGE. Maps BCn
+    keeps near-lossless (> NEAR_LOSSLESS_DB: flat maps) keep weight 1: they are easy."""
     inv = {r: 10 ** (report["textures"][r]["same_bytes_psnr"] / 10) for r in roles
            if report["textures"][r]["same_bytes_psnr"] <= NEAR_LOSSLESS_DB}
     if not inv:
         return {r: 1.0 for r in roles}
-    per_channel = {r: inv.get(r, 0.0) / channels[r] for r in roles}
-    return _normalised({r: per_channel[r] if r in inv else 1.0 for r in roles}, channels, list(inv))
+    total = sum(channels[r] for r in inv) / sum(inv.values())
+    return {r: float(np.clip(total * inv[r] / channels[r], *WEIGHT_RANGE)) if r in inv else 1.0 for r in roles}
+
+
+def steered_roles(report: dict, roles) -> list[str]:
+    """The roles ``margin`` weighting steers: those BCn does not keep near-lossless. The
+    others (flat maps) keep weight 1 whatever the rest get, so that they still decode
+    near-exact."""
+    return [r for r in roles if report["textures"][r]["same_bytes_psnr"] <= NEAR_LOSSLESS_DB]
 
 
 def margins(psnr: dict[str, float], report: dict) -> dict[str, float]:
-    """Each texture's dB over BCn at equal bytes, for the textures a margin means
-    something for (neither side near-lossless)."""
-    out = {}
-    for role, value in psnr.items():
-        bcn = report["textures"][role]["same_bytes_psnr"]
-        if bcn <= NEAR_LOSSLESS_DB and math.isfinite(value) and value <= NEAR_LOSSLESS_DB:
-            out[role] = float(value - bcn)
-    return out
+    """Each steered texture's dB over BCn at equal bytes, its PSNR counted at most
+    NEAR_LOSSLESS_DB (a decode that exact is as good as lossless; inf counts as that)."""
+    return {r: float(min(psnr[r], NEAR_LOSSLESS_DB) - report["textures"][r]["same_bytes_psnr"])
+            for r in steered_roles(report, psnr)}
 
 
 def raise_boosts(boosts: dict[str, float], psnr: dict[str, float], report: dict, target_db: float,
                  gain: float | None = None) -> dict[str, float]:
     """One pause of ``margin`` weighting, as dual ascent on "every texture at least
     ``target_db`` over BCn at equal bytes": each texture's boost (dB of extra loss weight,
-    never below 0) grows by ``gain`` x its shortfall, and shrinks back while it is over the
-    target. Textures over the target with no boost keep plain MSE's weight, so a material
-    whose maps all beat the target trains as uniform weighting would."""
+    between 0 and MAX_BOOST_DB) grows by ``gain`` x its shortfall, and shrinks back while it
+    is over the target. A texture over the target keeps no boost; its weight falls only by
+    what the boosted ones take, so a material whose maps all clear the target trains as
+    plain MSE would."""
     gain = MARGIN_GAIN if gain is None else gain
     m = margins(psnr, report)
-    return {r: max(0.0, b + gain * (target_db - m[r])) if r in m else b for r, b in boosts.items()}
-
-
-def compared_roles(report: dict, roles) -> list[str]:
-    """The roles ``margin`` weighting steers: those BCn does not keep near-lossless. The
-    others (flat maps) keep weight 1 whatever the rest get, so that they still decode
-    near-exact."""
-    return [r for r in roles if report["textures"][r]["same_bytes_psnr"] <= NEAR_LOSSLESS_DB]
+    return {r: min(MAX_BOOST_DB, max(0.0, b + gain * (target_db - m[r]))) if r in m else b
+            for r, b in boosts.items()}
 
 
 def boost_weights(boosts: dict[str, float], channels: dict[str, int]) -> dict[str, float]:
@@ -93,15 +99,17 @@ def boost_weights(boosts: dict[str, float], channels: dict[str, int]) -> dict[st
 
 class MarginSteering:
     """``margin`` weighting over one training run: its pauses (MARGIN_ROUNDS, evenly before
-    step ``until``), the boosts and weights so far, and a record of every pause. The caller
-    trains, decodes at each pause and hands the textures' PSNRs to :meth:`pause`."""
+    step ``until``, none at step 0 or twice at one step), the boosts and weights so far, and
+    a record of every pause. The caller trains, decodes at each pause and hands the
+    textures' PSNRs to :meth:`pause`. ``roles``: the material's; those not steered (flat, or
+    weighted 0 by the user: a map nothing trains would take every boost) keep weight 1."""
 
-    def __init__(self, report: dict, roles, channels: dict[str, int], margin_db: float, until: int):
+    def __init__(self, report: dict, roles, steerable, channels: dict[str, int], margin_db: float, until: int):
         self.report, self.channels = report, channels
         self.aim = margin_db + MARGIN_CUSHION_DB
-        self.boosts = {r: 0.0 for r in compared_roles(report, roles)}
+        self.boosts = {r: 0.0 for r in steered_roles(report, steerable)}
         self.weights = {r: 1.0 for r in roles}
-        self.pauses = [until * k // (MARGIN_ROUNDS + 1) for k in range(1, MARGIN_ROUNDS + 1)]
+        self.pauses = sorted({until * k // (MARGIN_ROUNDS + 1) for k in range(1, MARGIN_ROUNDS + 1)} - {0})
         self.rounds: list[dict] = []
 
     def next_pause(self) -> int | None:
@@ -109,12 +117,14 @@ class MarginSteering:
         return self.pauses[len(self.rounds)] if len(self.rounds) < len(self.pauses) else None
 
     def pause(self, step: int, psnr: dict[str, float]) -> dict[str, float]:
-        """Raises the boosts from the textures' PSNR at ``step``; returns every role's weight."""
-        self.boosts = raise_boosts(self.boosts, psnr, self.report, self.aim)
+        """Raises the boosts from the textures' PSNR at ``step``; returns every role's
+        margin weight (the user's ``weight_<role>`` multiplies it)."""
+        now = {r: psnr[r] for r in self.boosts}
+        self.boosts = raise_boosts(self.boosts, now, self.report, self.aim)
         if self.boosts:
             self.weights = {**self.weights, **boost_weights(self.boosts, self.channels)}
         self.rounds.append({"step": step,
-                            "margin_db": {r: round(v, 3) for r, v in margins(psnr, self.report).items()},
+                            "margin_db": {r: round(v, 3) for r, v in margins(now, self.report).items()},
                             "boost_db": {r: round(v, 3) for r, v in self.boosts.items()},
-                            "role_weights": {r: round(v, 4) for r, v in self.weights.items()}})
+                            "margin_weights": {r: round(v, 4) for r, v in self.weights.items()}})
         return self.weights
