@@ -308,7 +308,7 @@ def main() -> int:
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="extra ntc stage param")
     p.add_argument("--margin-rounds", type=int, help="weighting=margin: pauses (ntc/weighting.py MARGIN_ROUNDS)")
     p.add_argument("--margin-gain", type=float, help="weighting=margin: dB of weight per dB under the target (MARGIN_GAIN)")
-    p.add_argument("--margin-cushion", type=float, help="weighting=margin: dB the pauses aim above margin_db")
+    p.add_argument("--margin-cushion", type=float, help="weighting=margin: dB the pauses aim above margin_db (MARGIN_CUSHION_DB)")
     p.add_argument("--small", action="store_true",
                    help="CPU check: 64^2 crops, one extra seed, 4 and 16 bpp, 100 steps, tiny decoder, --big 128")
     a = p.parse_args()
