@@ -111,7 +111,8 @@ class NeuralTextureCompression(Stage):
         Param("bc_refresh", int, AUTO, "BC mode: steps between BC4 re-encodes of the latents", min=1, max=100_000),
         Param("weighting", str, AUTO, "per-texture loss weights: uniform (plain MSE); from the MSE of BCn at "
               "equal bytes (bcn); or margin: raised during training for every texture under margin_db over BCn "
-              "at equal bytes (ntc/weighting.py; margin and bcn encode BCn even with baseline = false)", choices=("uniform", "bcn", "margin")),
+              "at equal bytes (ntc/weighting.py; margin and bcn encode BCn even with baseline = false)",
+              choices=("uniform", "bcn", "margin")),
         Param("margin_db", float, 2.0, "weighting=margin: the dB over BCn at equal bytes every texture is steered "
               "towards", min=-20.0, max=30.0),
         Param("baseline", bool, True, "also encode BC7/BC5/BC4 and report them"),

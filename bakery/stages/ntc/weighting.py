@@ -8,7 +8,7 @@ bytes), so the two weightings here aim at margins over BCn:
 - ``margin`` (measured): training pauses a few times, decodes the set, and raises the
   weight of every texture under a target margin over BCn until it reaches it
   (:func:`raise_boosts`); the others keep plain MSE's weighting, less what the raised
-  ones take. The set keeps the quality it can while no map falls under the target.
+  ones take. The set keeps what quality it can while the weakest maps are steered up.
 
 Maps BCn keeps near-lossless (flat ones) keep weight 1: they are easy, and their dB
 figure (~110 dB one step, inf the next) would only add noise to a margin.
@@ -38,12 +38,6 @@ MARGIN_WEIGHT_RANGE = (1 / 16, 16.0)
 #: The largest boost: the clamp's whole span, past which more boost would only push the
 #: other maps down.
 MAX_BOOST_DB = 10 * math.log10(MARGIN_WEIGHT_RANGE[1] / MARGIN_WEIGHT_RANGE[0])
-
-
-def _normalised(weights: dict[str, float], channels: dict[str, int], roles, limits) -> dict[str, float]:
-    """``roles``' weights scaled so their channel-weighted mean is 1, then clamped."""
-    total = sum(channels[r] for r in roles) / sum(channels[r] * weights[r] for r in roles)
-    return {r: float(np.clip(weights[r] * total, *limits)) if r in roles else weights[r] for r in weights}
 
 
 def bcn_weights(report: dict, roles, channels: dict[str, int]) -> dict[str, float]:
@@ -94,7 +88,9 @@ def boost_weights(boosts: dict[str, float], channels: dict[str, int]) -> dict[st
     """Loss weights of the steered roles from their boosts: 10^(boost / 10), scaled so their
     channel-weighted mean is 1 (the maps without a boost give up what the boosted gain),
     clamped to MARGIN_WEIGHT_RANGE."""
-    return _normalised({r: 10 ** (b / 10) for r, b in boosts.items()}, channels, list(boosts), MARGIN_WEIGHT_RANGE)
+    raw = {r: 10 ** (b / 10) for r, b in boosts.items()}
+    total = sum(channels[r] for r in raw) / sum(channels[r] * w for r, w in raw.items())
+    return {r: float(np.clip(w * total, *MARGIN_WEIGHT_RANGE)) for r, w in raw.items()}
 
 
 class MarginSteering:
