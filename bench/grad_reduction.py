@@ -97,12 +97,19 @@ VARIANTS = {
     "rows in blocks of 32, warp copies, unroll 4": replace(BLOCKS, unroll=4),
     "rows in blocks of 32, warp copies, 264 groups, unroll 1": replace(BLOCKS, reduce_groups=264, unroll=1),
     "rows in blocks of 32, warp copies, 264 groups, 4 out tiles": replace(BLOCKS, reduce_groups=264, out_tiles=4),
+    "two forwards, blocks of 32, warp copies": replace(BLOCKS, single_forward=False),
+    "occupancy: default, 528 training workgroups": replace(BLOCKS, max_groups=528),
+    "occupancy: default, 1056 training workgroups": replace(BLOCKS, max_groups=1056),
+    "occupancy: default, one tile per training workgroup": replace(BLOCKS, max_groups=1 << 16),
     "diag: rows in blocks of 32, warp copies, swapped loads (wrong)": replace(BLOCKS, swap_loads=True),
     "diag: rows in blocks of 32, warp copies, no reduction (wrong)": R(
         group=128, mode="splitk", reduce="mma", skip_sums=True, generated_backward=True, row_block=32, row_copy=True),
     "diag: 128-thread stores, no reduction (wrong)": R(group=128, mode="splitk", reduce="mma", skip_sums=True),
     "diag: 128-thread no stores, no reduction (wrong)": R(group=128, mode="splitk", reduce="mma", staging="none",
                                                          skip_sums=True),
+    "diag: 128-thread no stores, no reduction, two forwards (wrong)": R(
+        group=128, mode="splitk", reduce="mma", staging="none", skip_sums=True, generated_backward=True,
+        single_forward=False),
     "diag: 128-thread no stores, no reduction, generated backward (wrong)": R(
         group=128, mode="splitk", reduce="mma", staging="none", skip_sums=True, generated_backward=True),
     "diag: tile backward, no stores, no reduction (wrong)": R(group=128, mode="splitk", reduce="mma",

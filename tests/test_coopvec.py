@@ -37,14 +37,16 @@ def test_coopvec_forward_matches_reference(coopvec_device):
 
 @pytest.mark.parametrize("reduction", ["slices", "splitk-mma", "splitk-mma-copy", "splitk-mma-generated",
                                        "splitk-mma-tiles", "splitk-mma-tiles-half", "splitk-mma-blocks",
-                                       "splitk-mma-blocks-warp-copies"])
+                                       "splitk-mma-blocks-warp-copies", "splitk-mma-blocks-two-forwards"])
 @pytest.mark.parametrize("batch", [BATCH, 1 << 18, 1000])
 def test_coopvec_gradients_match_reference(coopvec_device, batch, reduction, monkeypatch):
     """Per layer, at a small, a production and a ragged batch (fp32 sums, no 1/batch in
     fp16), with per-workgroup slices and with split-K on cooperative matrices (with and
     without transposed weight copies for the input gradients, with the backward pass
     generated rather than derived, and as tiles, fp32 or fp16 accumulators), and with the
-    stored rows interleaved over blocks of samples, stored per thread or copied per warp."""
+    stored rows interleaved over blocks of samples, stored per thread or copied per warp;
+    with the generated pass after one forward (the default) or after two (bwd_diff's
+    primal, then backward_layers')."""
     import slangpy as spy
 
     from bakery.nn import parameters
@@ -57,6 +59,7 @@ def test_coopvec_gradients_match_reference(coopvec_device, batch, reduction, mon
         **({"tile_accumulator": "half"} if reduction.endswith("half") else {}),
         **({"group": 128, "row_block": 32} if "blocks" in reduction else {}),
         **({"row_copy": True} if "warp-copies" in reduction else {}),
+        **({"single_forward": False} if "two-forwards" in reduction else {}),
         transposed_copy=reduction.endswith("-copy"),
         generated_backward=reduction.endswith("generated") or "blocks" in reduction))
     spec, params, image, obj, _ = _setup(coopvec_device, "leaky_relu")

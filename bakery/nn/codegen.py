@@ -42,7 +42,8 @@ def network_source(spec: NetworkSpec, linear_args: list[str], name: str = "Netwo
         act = activations.get(layer.activation).slang
         body.append(f"        let h{k + 1} = bk_activate<{act}, {layer.n_out}>("
                     f"{linears[k]}.eval(h{k}));")
-    layered = layer_backward_source(spec, linears, grad) if len(first) > 9 else []
+    layered = (layer_backward_source(spec, linears, grad) + kept_source(spec, linears, grad)
+               if len(first) > 9 else [])
     return "\n".join([
         f"struct {name}",
         "{",
@@ -74,6 +75,53 @@ def network_source(spec: NetworkSpec, linear_args: list[str], name: str = "Netwo
     ])
 
 
+def _reverse_layers(spec: NetworkSpec, linears: list[str], grad: str, h: str) -> list[str]:
+    """The generated backward pass after the forward: the loss gradient ``dy`` enters the
+    last layer, each layer's backward_step runs in reverse from the kept outputs ``{h}k``,
+    and the encoding's backward pass gives ``x`` its gradient where anything reads it."""
+    enc = spec.encoding.slang_type()
+    acts = [activations.get(l.activation).slang for l in spec.layers]
+    last = len(spec.layers)
+    # d{k}: the gradient at layer k's output (before its activation).
+    body = [f"        let d{last - 1} = bk_output_gradient<{acts[-1]}, {spec.n_outputs}>({h}{last}, dy);"]
+    for k in range(last - 1, 0, -1):
+        body.append(f"        let d{k - 1} = {acts[k - 1]}.dvy<{spec.layers[k].n_in}>("
+                    f"{h}{k}, {linears[k]}.backward_step({h}{k}, d{k}));")
+    body.append(f"        let dx = {linears[0]}.backward_step({h}0, d0);")
+    if grad != "0":
+        body.append(f"        bwd_diff({enc}.eval)(x, bk_input_gradient<{spec.encoding.n_outputs}>(dx));")
+    else:
+        body.append(f"        float[{spec.n_inputs}] none = {{}};")
+        body.append("        x = diffPair(x.p, none);")
+    return body
+
+
+def kept_source(spec: NetworkSpec, linears: list[str], grad: str) -> list[str]:
+    """CoopVec backend: ``forward_kept`` and ``backward_kept``, the training sample's
+    forward and backward passes split where the objective's loss sits between them. The
+    forward keeps every layer's output in a ``Kept``, so the backward pass needs no second
+    forward: ``bwd_diff`` through ``forward`` runs the network's forward twice (its primal,
+    then again in ``backward_layers``), which on the texture fit is a fifth of the network's
+    time. Same products, stores and scaling as ``backward_layers``."""
+    enc = spec.encoding.slang_type()
+    acts = [activations.get(l.activation).slang for l in spec.layers]
+    last = len(spec.layers)
+    widths = [spec.encoding.n_outputs] + [l.n_out for l in spec.layers]
+    fields = [f"        CoopVec<half, {n}> h{k};" for k, n in enumerate(widths)]
+    body = [f"        kept.h0 = bk_to_vec<{spec.encoding.n_outputs}, 0>({enc}.eval(x));"]
+    body += [f"        kept.h{k + 1} = bk_activate<{acts[k]}, {l.n_out}>({linears[k]}.eval(kept.h{k}));"
+             for k, l in enumerate(spec.layers)]
+    return [f"#if {GENERATED}",
+            "    // One training sample's layer outputs between forward_kept and backward_kept.",
+            "    struct Kept", "    {", *fields, "    };", "",
+            f"    static float[{spec.n_outputs}] forward_kept(float[{spec.n_inputs}] x, out Kept kept)",
+            "    {", *body, f"        return bk_from_vec<{spec.n_outputs}>(kept.h{last});", "    }", "",
+            "    // dy: d loss / d output, as bwd_diff would pass it to backward_layers.",
+            f"    static void backward_kept(Kept kept, inout DifferentialPair<float[{spec.n_inputs}]> x, "
+            f"float[{spec.n_outputs}] dy)",
+            "    {", *_reverse_layers(spec, linears, grad, "kept.h"), "    }", "#endif", ""]
+
+
 def layer_backward_source(spec: NetworkSpec, linears: list[str], grad: str) -> list[str]:
     """CoopVec backend: ``backward_layers``, the network's backward pass written out rather
     than derived by Slang's autodiff: the forward again, keeping only each layer's output
@@ -84,21 +132,10 @@ def layer_backward_source(spec: NetworkSpec, linears: list[str], grad: str) -> l
     warp's cooperative-matrix tiles with BK_TILE_BWD)."""
     enc = spec.encoding.slang_type()
     acts = [activations.get(l.activation).slang for l in spec.layers]
-    last = len(spec.layers)
     body = [f"        let h0 = bk_to_vec<{spec.encoding.n_outputs}, 0>({enc}.eval(x.p));"]
     body += [f"        let h{k + 1} = bk_activate<{acts[k]}, {l.n_out}>({linears[k]}.eval(h{k}));"
              for k, l in enumerate(spec.layers)]
-    # d{k}: the gradient at layer k's output (before its activation).
-    body.append(f"        let d{last - 1} = bk_output_gradient<{acts[-1]}, {spec.n_outputs}>(h{last}, dy);")
-    for k in range(last - 1, 0, -1):
-        body.append(f"        let d{k - 1} = {acts[k - 1]}.dvy<{spec.layers[k].n_in}>("
-                    f"h{k}, {linears[k]}.backward_step(h{k}, d{k}));")
-    body.append(f"        let dx = {linears[0]}.backward_step(h0, d0);")
-    if grad != "0":
-        body.append(f"        bwd_diff({enc}.eval)(x, bk_input_gradient<{spec.encoding.n_outputs}>(dx));")
-    else:
-        body.append(f"        float[{spec.n_inputs}] none = {{}};")
-        body.append("        x = diffPair(x.p, none);")
+    body += _reverse_layers(spec, linears, grad, "h")
     return [f"#if {GENERATED}",
             f"    static void backward_layers(inout DifferentialPair<float[{spec.n_inputs}]> x, "
             f"float[{spec.n_outputs}] dy)",

@@ -72,7 +72,10 @@ class CoopVecReduction:
     reduce "mma", and dividing ``group``); ``row_copy``: each warp stages its samples' rows
     in groupshared memory and copies them out 16 bytes per lane, whole cache lines at a
     time, rather than each thread storing its own vectors (needs ``row_block`` a multiple
-    of 32 for the copies to cover whole lines).
+    of 32 for the copies to cover whole lines); ``single_forward``: with a generated
+    backward pass, objectives that can run a training sample's forward once, keeping its
+    layer outputs for the backward pass (BK_KEPT; ``Network.forward_kept``), rather than
+    twice through ``bwd_diff`` (benchmarks switch it off to time the difference).
     ``staging`` "none" and ``skip_sums`` leave
     out the staging and the per-thread sums (wrong gradients; in split-K mode, the row
     stores and the reduction dispatch), and ``swap_loads`` loads the cooperative-matrix
@@ -98,6 +101,7 @@ class CoopVecReduction:
     generated_backward: bool = False
     row_block: int = 1
     row_copy: bool = False
+    single_forward: bool = True
 
     @property
     def chunked(self) -> bool:
@@ -468,6 +472,7 @@ class ParameterStore:
             ("BK_REDUCE_OTILES", red.out_tiles),
             ("BK_TRANSPOSED_COPY", int(red.transposed_copy)),
             ("BK_GEN_BWD", int(red.generated_backward)),
+            ("BK_KEPT", int(red.single_forward and (red.generated_backward or red.backward == "mma"))),
             ("BK_TILE_BWD", int(red.backward == "mma")), ("BK_TB_WIDTH", self.tile_width),
             ("BK_TB_HALF_ACC", int(red.tile_accumulator == "half")),
             ("BK_ROW_ALIGN", red.row_align), ("BK_ACTS_BLOCK", red.row_block), ("BK_ACTS_COPY", int(red.row_copy)),
