@@ -55,7 +55,7 @@ def _material(dev):
                                                                  directions="frame")
 
 
-@pytest.mark.parametrize("backward", ["default", "autodiff", "mma", "thread-stores"])
+@pytest.mark.parametrize("backward", ["default", "autodiff", "mma", "thread-stores", "two-forwards"])
 @pytest.mark.parametrize("job", [_texture, _ntc, _ntc_patches, _ntc_patches_shuffle, _material],
                          ids=["neural_texture", "ntc", "ntc_patches", "ntc_patches_shuffle", "neural_material"])
 def test_training_program_builds_for_coopvec(coopvec_stand_in, job, backward, monkeypatch):
@@ -63,10 +63,13 @@ def test_training_program_builds_for_coopvec(coopvec_stand_in, job, backward, mo
         monkeypatch.setattr(parameters, "COOPVEC_REDUCTION", parameters.CoopVecReduction(
             group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2,
             backward="mma" if backward == "mma" else "coopvec",
-            **({"generated_backward": True} if backward == "thread-stores" else {})))
+            **({"generated_backward": True} if backward in ("thread-stores", "two-forwards") else {}),
+            single_forward=backward != "two-forwards"))
     spec, objective = job(coopvec_stand_in)
     trainer = Trainer(coopvec_stand_in, spec, objective, TrainConfig(steps=1, batch=1024))
     assert trainer.store.coopvec and trainer._reduce is not None  # split-K: its sum kernel built too
     assert ("#define BK_TILE_BWD 1" in trainer.source) == (backward == "mma")
-    assert ("#define BK_GEN_BWD 1" in trainer.source) == (backward in ("default", "thread-stores"))
+    assert ("#define BK_GEN_BWD 1" in trainer.source) == (backward in ("default", "thread-stores", "two-forwards"))
+    # one forward per sample wherever the backward pass is generated, unless switched off
+    assert ("#define BK_KEPT 1" in trainer.source) == (backward in ("default", "thread-stores", "mma"))
     assert ("#define BK_ACTS_COPY 1" in trainer.source) == (backward == "default")

@@ -722,3 +722,35 @@ def test_lazy_latent_updates_move_only_sampled_latents(device):
         moved[lazy] = np.count_nonzero(obj.raw_latents() != before)
     assert 0 < moved[True] <= batch * 8 * point.grid.features
     assert moved[True] < moved[False]
+
+
+def test_one_forward_gives_the_latents_two_gave(coopvec_device, monkeypatch):
+    """CoopVec: the training step's single forward (Network.forward_kept, backward_kept)
+    carries the same input gradients back to the latents as bwd_diff through the network's
+    forward, run twice: after a step (fixed-point latent sums, order-free) the latents are
+    the same bits either way."""
+    from dataclasses import replace
+
+    from bakery.nn import parameters
+    from bakery.nn.optimizers import Adam
+    from bakery.nn.trainer import TrainConfig, Trainer
+    from bakery.stages.ntc.objective import LatentTextureFit
+
+    mat, image, point = _bricks_crop(48, 16.0)
+    base = parameters.default_reduction(coopvec_device, point.network)
+    if not base.generated_backward:
+        pytest.skip("the device's default backward pass is not generated (no cooperative matrices)")
+
+    def latents_after_a_step(single: bool) -> np.ndarray:
+        monkeypatch.setattr(parameters, "COOPVEC_REDUCTION", replace(base, single_forward=single))
+        obj = LatentTextureFit(coopvec_device, image, point.grid, normal_channel=mat.normal_channel)
+        tr = Trainer(coopvec_device, point.network, obj, TrainConfig(steps=1, batch=1000, optimizer=Adam(lr=5e-3),
+                                                                     seed=4))
+        assert ("#define BK_KEPT 1" in tr.source) == single
+        before = obj.raw_latents()
+        tr.train()
+        after = obj.raw_latents()
+        assert np.count_nonzero(after != before) > before.size // 4  # the step moved the latents
+        return after
+
+    np.testing.assert_array_equal(latents_after_a_step(True), latents_after_a_step(False))
