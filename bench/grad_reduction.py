@@ -98,6 +98,10 @@ VARIANTS = {
     "rows in blocks of 32, warp copies, 264 groups, unroll 1": replace(BLOCKS, reduce_groups=264, unroll=1),
     "rows in blocks of 32, warp copies, 264 groups, 4 out tiles": replace(BLOCKS, reduce_groups=264, out_tiles=4),
     "two forwards, blocks of 32, warp copies": replace(BLOCKS, single_forward=False),
+    "column groups: blocks of 32, warp copies, slots column group by column group": replace(BLOCKS, row_tiles=True),
+    "column groups: blocks of 128, warp copies, slots column group by column group": replace(
+        BLOCKS, row_block=128, row_tiles=True),
+    "column groups: blocks of 32, 264 sum groups": replace(BLOCKS, row_tiles=True, reduce_groups=264),
     "occupancy: default, 528 training workgroups": replace(BLOCKS, max_groups=528),
     "occupancy: default, 1056 training workgroups": replace(BLOCKS, max_groups=1056),
     "occupancy: default, one tile per training workgroup": replace(BLOCKS, max_groups=1 << 16),

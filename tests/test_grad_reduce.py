@@ -21,13 +21,15 @@ from tests.test_coopvec_layout import _FakeDevice
     (256, 3, 1, "rows", 1, 1), (128, 5, 4, "rows", 1, 1), (256, 7, 8, "rows", 1, 1), (128, 5, 4, "rows", 1, 32),
     (256, 3, 1, "mma", 1, 1), (128, 5, 2, "mma", 1, 1), (64, 2, 1, "mma", 1, 1), (256, 7, 4, "mma", 1, 1),
     (256, 3, 2, "mma", 2, 1), (128, 5, 2, "mma", 2, 1), (128, 5, 1, "mma", 4, 1), (256, 7, 1, "mma", 3, 1),
-    (128, 5, 2, "mma", 1, 32), (256, 7, 1, "mma", 3, 128)])
+    (128, 5, 2, "mma", 1, 32), (256, 7, 1, "mma", 3, 128), (128, 5, 4, "rows", 1, -32), (128, 5, 2, "mma", 1, -32),
+    (256, 7, 1, "mma", 3, -128)])
 @pytest.mark.parametrize("stacked", [False, True])
 def test_split_k_reduction_matches_numpy(device, group, groups, unroll, reduce, out_tiles, block, stacked):
     """Every layer's dW and db, also for a stack of networks (each network reduces its own
     layers, found by their index in the whole store), with warps owning one output tile,
     several, a whole layer, or a partial last group of them (out_tiles 2 over 3 tiles),
-    from rows stored one per sample or interleaved over blocks of samples (row_block)."""
+    from rows stored one per sample or interleaved over blocks of samples (row_block),
+    their slots sample by sample or (block < 0 here) column group by column group (row_tiles)."""
     import slangpy as spy
 
     if reduce == "mma" and not device.spy.has_feature(spy.Feature.cooperative_matrix):
@@ -38,7 +40,8 @@ def test_split_k_reduction_matches_numpy(device, group, groups, unroll, reduce, 
                              ("Network", NetworkSpec(IdentityEncoding(8), (40,), 3))))
     store = ParameterStore(_FakeDevice(), spec,
                            reduction=CoopVecReduction(group=group, mode="splitk", unroll=unroll, reduce=reduce,
-                                                      out_tiles=out_tiles, row_block=block))
+                                                      out_tiles=out_tiles, row_block=abs(block),
+                                                      row_copy=block < 0, row_tiles=block < 0))
     batch = 1000
     rng = np.random.default_rng(7)
     # Rows past the batch, up to the next multiple of 16, as training leaves them: inputs

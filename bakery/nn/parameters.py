@@ -72,7 +72,10 @@ class CoopVecReduction:
     reduce "mma", and dividing ``group``); ``row_copy``: each warp stages its samples' rows
     in groupshared memory and copies them out 16 bytes per lane, whole cache lines at a
     time, rather than each thread storing its own vectors (needs ``row_block`` a multiple
-    of 32 for the copies to cover whole lines); ``single_forward``: with a generated
+    of 32 for the copies to cover whole lines); ``row_tiles``: within a block, each slot's
+    16-wide column groups lie one after another, each the block's samples' 32 bytes in turn,
+    so that a tile the cooperative-matrix sum loads is 512 contiguous bytes rather than 16
+    pieces of 32 (needs ``row_copy``; slots padded to 16 halfs); ``single_forward``: with a generated
     backward pass, objectives that can run a training sample's forward once, keeping its
     layer outputs for the backward pass (BK_KEPT; ``Network.forward_kept``), rather than
     twice through ``bwd_diff`` (benchmarks switch it off to time the difference).
@@ -101,6 +104,7 @@ class CoopVecReduction:
     generated_backward: bool = False
     row_block: int = 1
     row_copy: bool = False
+    row_tiles: bool = False
     single_forward: bool = True
 
     @property
@@ -137,6 +141,9 @@ class CoopVecReduction:
         if self.row_copy and (self.mode != "splitk" or self.row_block % 32):
             raise ValueError("row_copy needs mode 'splitk' and a row_block that is a multiple of 32 "
                              "(a warp's copies then write whole lines)")
+        if self.row_tiles and not (self.row_copy and self.row_block % 16 == 0):
+            raise ValueError("row_tiles needs row_copy (the warp copies write the column groups) and a "
+                             "row_block that is a multiple of 16")
         if self.swap_loads and self.reduce != "mma":
             raise ValueError("swap_loads times the cooperative-matrix sum's loads: it needs reduce 'mma'")
         if self.row_copy and self.backward == "mma":
@@ -151,8 +158,9 @@ class CoopVecReduction:
     @property
     def row_align(self) -> int:
         """Halfs each layer's x or dy segment of a stored row is padded to: whole 16 x 16
-        tiles for the cooperative-matrix reduction, 16-byte groups otherwise."""
-        return 16 if self.reduce == "mma" else 8
+        tiles for the cooperative-matrix reduction and whole column groups for row_tiles,
+        16-byte groups otherwise."""
+        return 16 if self.reduce == "mma" or self.row_tiles else 8
 
 
 #: The reduction every ParameterStore uses unless given another (benchmarks set it);
@@ -412,8 +420,14 @@ class ParameterStore:
         out = np.zeros((-(-len(rows) // b) * b, self.row_bytes), np.uint8)
         out[:len(rows)] = flat
         blocks = out.reshape(-1, b, self.row_bytes)
-        return np.concatenate([blocks[:, :, o:o + w].reshape(len(blocks), -1) for o, w in self.row_slots],
-                              axis=1).reshape(-1, self.row_bytes)
+
+        def slot(o, w):  # one slot of every block, its samples in turn or column group by group
+            v = blocks[:, :, o:o + w]
+            if self.reduction.row_tiles:
+                v = v.reshape(len(blocks), b, w // 32, 32).transpose(0, 2, 1, 3)
+            return v.reshape(len(blocks), -1)
+
+        return np.concatenate([slot(o, w) for o, w in self.row_slots], axis=1).reshape(-1, self.row_bytes)
 
     def reset_loss_scale(self, norm: float, scale: float = LOSS_SCALE_INIT) -> None:
         """Starts dynamic loss scaling; ``norm`` is 1 / the objective's grad_scale."""
@@ -475,7 +489,8 @@ class ParameterStore:
             ("BK_KEPT", int(red.single_forward and (red.generated_backward or red.backward == "mma"))),
             ("BK_TILE_BWD", int(red.backward == "mma")), ("BK_TB_WIDTH", self.tile_width),
             ("BK_TB_HALF_ACC", int(red.tile_accumulator == "half")),
-            ("BK_ROW_ALIGN", red.row_align), ("BK_ACTS_BLOCK", red.row_block), ("BK_ACTS_COPY", int(red.row_copy)),
+            ("BK_ROW_ALIGN", red.row_align), ("BK_ACTS_BLOCK", red.row_block), ("BK_ACTS_TILED", int(red.row_tiles)),
+            ("BK_ACTS_COPY", int(red.row_copy)),
             ("BK_ACTS_ROWQ", _copy_row_groups(max(w for _, w in self.row_slots)))))
 
     def network_vars(self) -> dict:
