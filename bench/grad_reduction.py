@@ -46,6 +46,8 @@ R = parameters.CoopVecReduction
 # and with rows in blocks of 32 samples copied out per warp (the default since).
 GENERATED = R(group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2, generated_backward=True)
 BLOCKS = replace(GENERATED, row_block=32, row_copy=True)
+# and with each block's slots column group by column group (the default since)
+COLUMNS = replace(BLOCKS, row_tiles=True)
 VARIANTS = {
     "slices-256x264 (no cooperative matrices)": R(),
     "atomic-256x264": R(mode="atomic"),
@@ -98,7 +100,7 @@ VARIANTS = {
     "rows in blocks of 32, warp copies, 264 groups, unroll 1": replace(BLOCKS, reduce_groups=264, unroll=1),
     "rows in blocks of 32, warp copies, 264 groups, 4 out tiles": replace(BLOCKS, reduce_groups=264, out_tiles=4),
     "two forwards, blocks of 32, warp copies": replace(BLOCKS, single_forward=False),
-    "column groups: blocks of 32, warp copies, slots column group by column group": replace(BLOCKS, row_tiles=True),
+    "column groups: blocks of 32, warp copies, slots column group by column group": COLUMNS,
     "column groups: blocks of 128, warp copies, slots column group by column group": replace(
         BLOCKS, row_block=128, row_tiles=True),
     "column groups: blocks of 32, 264 sum groups": replace(BLOCKS, row_tiles=True, reduce_groups=264),

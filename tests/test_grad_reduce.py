@@ -22,7 +22,7 @@ from tests.test_coopvec_layout import _FakeDevice
     (256, 3, 1, "mma", 1, 1), (128, 5, 2, "mma", 1, 1), (64, 2, 1, "mma", 1, 1), (256, 7, 4, "mma", 1, 1),
     (256, 3, 2, "mma", 2, 1), (128, 5, 2, "mma", 2, 1), (128, 5, 1, "mma", 4, 1), (256, 7, 1, "mma", 3, 1),
     (128, 5, 2, "mma", 1, 32), (256, 7, 1, "mma", 3, 128), (128, 5, 4, "rows", 1, -32), (128, 5, 2, "mma", 1, -32),
-    (256, 7, 1, "mma", 3, -128)])
+    (128, 7, 1, "mma", 3, -128)])
 @pytest.mark.parametrize("stacked", [False, True])
 def test_split_k_reduction_matches_numpy(device, group, groups, unroll, reduce, out_tiles, block, stacked):
     """Every layer's dW and db, also for a stack of networks (each network reduces its own

@@ -187,9 +187,9 @@ def default_reduction(device, spec) -> CoopVecReduction:
     if getattr(device, "coopmat", False):
         narrow = all(l.n_out <= 64 for l in spec.layers)
         group = 128 if narrow else 256
+        copies = row_copy_bytes(spec, group) <= ROW_COPY_SHARED_BYTES
         return CoopVecReduction(group=group, mode="splitk", reduce="mma", reduce_groups=132, unroll=2,
-                                generated_backward=True, row_block=32,
-                                row_copy=row_copy_bytes(spec, group) <= ROW_COPY_SHARED_BYTES)
+                                generated_backward=True, row_block=32, row_copy=copies, row_tiles=copies)
     return CoopVecReduction()
 
 
