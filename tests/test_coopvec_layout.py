@@ -160,6 +160,8 @@ def test_tile_backward_refuses_what_it_cannot_run():
         CoopVecReduction(group=64, mode="splitk", row_block=128)  # blocks larger than a workgroup's tile
     with pytest.raises(ValueError, match="row_copy"):
         CoopVecReduction(group=128, mode="splitk", row_block=16, row_copy=True)  # copies of part lines
+    with pytest.raises(ValueError, match="row_tiles needs row_copy"):
+        CoopVecReduction(group=128, mode="splitk", reduce="mma", row_block=32, row_tiles=True)  # no copies
     with pytest.raises(ValueError, match="backward 'mma'"):
         CoopVecReduction(group=128, mode="splitk", reduce="mma", backward="mma", row_block=32, row_copy=True)
     wide_rows = NetworkSpec(FrequencyEncoding(2, 3), (128,), 3)
@@ -226,8 +228,9 @@ def test_default_reduction_takes_128_threads_for_the_widths_measured():
     assert ParameterStore(_CoopMat(), wide).reduction.group == 256
     assert default_reduction(_CoopMat(), narrow).reduce == "mma"
     assert default_reduction(_CoopMat(), narrow).generated_backward
-    # Rows in blocks of 32 everywhere; copied per warp where the copies' rows fit.
+    # Rows in blocks of 32 everywhere; copied per warp, column group by column group, where
+    # the copies' rows fit.
     for net, copies in ((narrow, True), (wide, False)):
         red = default_reduction(_CoopMat(), net)
-        assert (red.row_block, red.row_copy) == (32, copies)
+        assert (red.row_block, red.row_copy, red.row_tiles) == (32, copies, copies)
     assert default_reduction(_FakeDevice(), narrow).mode == "slices"

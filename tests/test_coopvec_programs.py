@@ -73,3 +73,4 @@ def test_training_program_builds_for_coopvec(coopvec_stand_in, job, backward, mo
     # one forward per sample wherever the backward pass is generated, unless switched off
     assert ("#define BK_KEPT 1" in trainer.source) == (backward in ("default", "thread-stores", "mma"))
     assert ("#define BK_ACTS_COPY 1" in trainer.source) == (backward == "default")
+    assert ("#define BK_ACTS_TILED 1" in trainer.source) == (backward == "default")

@@ -75,7 +75,7 @@ class CoopVecReduction:
     of 32 for the copies to cover whole lines); ``row_tiles``: within a block, each slot's
     16-wide column groups lie one after another, each the block's samples' 32 bytes in turn,
     so that a tile the cooperative-matrix sum loads is 512 contiguous bytes rather than 16
-    pieces of 32 (needs ``row_copy``; slots padded to 16 halfs); ``single_forward``: with a generated
+    pieces of 32 a slot's width apart (needs ``row_copy``; slots padded to 16 halfs); ``single_forward``: with a generated
     backward pass, objectives that can run a training sample's forward once, keeping its
     layer outputs for the backward pass (BK_KEPT; ``Network.forward_kept``), rather than
     twice through ``bwd_diff`` (benchmarks switch it off to time the difference).
@@ -141,9 +141,8 @@ class CoopVecReduction:
         if self.row_copy and (self.mode != "splitk" or self.row_block % 32):
             raise ValueError("row_copy needs mode 'splitk' and a row_block that is a multiple of 32 "
                              "(a warp's copies then write whole lines)")
-        if self.row_tiles and not (self.row_copy and self.row_block % 16 == 0):
-            raise ValueError("row_tiles needs row_copy (the warp copies write the column groups) and a "
-                             "row_block that is a multiple of 16")
+        if self.row_tiles and not self.row_copy:
+            raise ValueError("row_tiles needs row_copy (the warp copies write the column groups)")
         if self.swap_loads and self.reduce != "mma":
             raise ValueError("swap_loads times the cooperative-matrix sum's loads: it needs reduce 'mma'")
         if self.row_copy and self.backward == "mma":
@@ -186,7 +185,7 @@ def default_reduction(device, spec) -> CoopVecReduction:
     groupshared rows fit (row_copy_bytes: up to 64-wide layers at 128 threads); and there
     each block's slots lie column group by column group (row_tiles), so the sum loads whole
     512-byte tiles: sum 90.7 against 111.2 µs, training kernel 160.7 against 156.3 (the
-    texture fit, same call; NTC's sum 90.4 against 101.7)."""
+    texture fit, same call; NTC's sum 90.4, call 6, against 101.7, call 1: bench/RESULTS.md)."""
     if getattr(device, "coopmat", False):
         narrow = all(l.n_out <= 64 for l in spec.layers)
         group = 128 if narrow else 256
@@ -415,7 +414,7 @@ class ParameterStore:
 
     def device_rows(self, rows: np.ndarray) -> np.ndarray:
         """Split-K rows (one logical row of ``row_bytes`` per sample, as bytes or halfs) in
-        the order g_acts holds them (CoopVecReduction.row_block; bk_act_address)."""
+        the order g_acts holds them (CoopVecReduction.row_block and row_tiles; bk_act_byte)."""
         flat = np.ascontiguousarray(rows).view(np.uint8).reshape(len(rows), self.row_bytes)
         b = self.reduction.row_block
         if b == 1:
