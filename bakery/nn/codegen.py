@@ -38,11 +38,7 @@ def network_source(spec: NetworkSpec, linear_args: list[str], name: str = "Netwo
     # first layer's says whether bk_to_vec's backward must produce the network's.
     first = linear_args[0].split(", ")
     grad = first[5] if len(first) > 5 else "1"
-    body = [f"        let h0 = bk_to_vec<{spec.encoding.n_outputs}, {grad}>({spec.encoding.slang_type()}.eval(x));"]
-    for k, layer in enumerate(spec.layers):
-        act = activations.get(layer.activation).slang
-        body.append(f"        let h{k + 1} = bk_activate<{act}, {layer.n_out}>("
-                    f"{linears[k]}.eval(h{k}));")
+    body = _forward_layers(spec, linears, "x", grad, "let h")
     layered = (layer_backward_source(spec, linears, grad) + kept_source(spec, linears, grad)
                if len(first) > 9 else [])
     return "\n".join([
@@ -76,6 +72,19 @@ def network_source(spec: NetworkSpec, linear_args: list[str], name: str = "Netwo
     ])
 
 
+def _forward_layers(spec: NetworkSpec, linears: list[str], x: str, grad: str, h: str) -> list[str]:
+    """The network's layers from input ``x`` on, layer k's output bound as ``{h}k`` ("let h"
+    declares them, "kept.h" fills a Kept); ``grad``: bk_to_vec's G (is the network's input
+    gradient read?)."""
+    enc = spec.encoding.slang_type()
+    body = [f"        {h}0 = bk_to_vec<{spec.encoding.n_outputs}, {grad}>({enc}.eval({x}));"]
+    ref = h.split()[-1]  # how later lines name the outputs: "let h" binds h0, h1, ...
+    for k, layer in enumerate(spec.layers):
+        act = activations.get(layer.activation).slang
+        body.append(f"        {h}{k + 1} = bk_activate<{act}, {layer.n_out}>({linears[k]}.eval({ref}{k}));")
+    return body
+
+
 def _reverse_layers(spec: NetworkSpec, linears: list[str], grad: str, h: str) -> list[str]:
     """The generated backward pass after the forward: the loss gradient ``dy`` enters the
     last layer, each layer's backward_step runs in reverse from the kept outputs ``{h}k``,
@@ -104,14 +113,10 @@ def kept_source(spec: NetworkSpec, linears: list[str], grad: str) -> list[str]:
     forward: ``bwd_diff`` through ``forward`` runs the network's forward twice (its primal,
     then again in ``backward_layers``): 3.6 of the texture fit's 92 µs of network on the
     H200. Same products, stores and scaling as ``backward_layers``."""
-    enc = spec.encoding.slang_type()
-    acts = [activations.get(l.activation).slang for l in spec.layers]
     last = len(spec.layers)
     widths = [spec.encoding.n_outputs] + [l.n_out for l in spec.layers]
     fields = [f"        CoopVec<half, {n}> h{k};" for k, n in enumerate(widths)]
-    body = [f"        kept.h0 = bk_to_vec<{spec.encoding.n_outputs}, 0>({enc}.eval(x));"]
-    body += [f"        kept.h{k + 1} = bk_activate<{acts[k]}, {l.n_out}>({linears[k]}.eval(kept.h{k}));"
-             for k, l in enumerate(spec.layers)]
+    body = _forward_layers(spec, linears, "x", "0", "kept.h")
     return [f"#if {GENERATED}",
             "    // One training sample's layer outputs between forward_kept and backward_kept.",
             "    struct Kept", "    {", *fields, "    };", "",
@@ -131,12 +136,7 @@ def layer_backward_source(spec: NetworkSpec, linears: list[str], grad: str) -> l
     does (split-K row stores, or the staged per-thread sums) and returning dx = W^T dz
     (``Linear.backward_step``: one transposed matrix-vector product per sample, or the
     warp's cooperative-matrix tiles with BK_TILE_BWD)."""
-    enc = spec.encoding.slang_type()
-    acts = [activations.get(l.activation).slang for l in spec.layers]
-    body = [f"        let h0 = bk_to_vec<{spec.encoding.n_outputs}, 0>({enc}.eval(x.p));"]
-    body += [f"        let h{k + 1} = bk_activate<{acts[k]}, {l.n_out}>({linears[k]}.eval(h{k}));"
-             for k, l in enumerate(spec.layers)]
-    body += _reverse_layers(spec, linears, grad, "h")
+    body = _forward_layers(spec, linears, "x.p", "0", "let h") + _reverse_layers(spec, linears, grad, "h")
     return [f"#if {GENERATED}",
             f"    static void backward_layers(inout DifferentialPair<float[{spec.n_inputs}]> x, "
             f"float[{spec.n_outputs}] dy)",
