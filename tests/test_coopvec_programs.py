@@ -110,6 +110,7 @@ def test_pipelined_step_trains_each_tile_once_and_sums_each_pass_after_it(coopve
     for k, (threads, v) in enumerate(calls):
         assert v["g_acts"] is rows[k % 2] and v["g_sum_rows"] is rows[(k + 1) % 2]
         sums = v["bk_sum_groups"] * len(spec.layers) if v["bk_sum_samples"] else 0
+        assert v["bk_pass_sum_wgs"] == sums  # the sum's workgroups first
         assert v["bk_pass_groups"] == min(v["bk_pass_tiles"], red.max_groups)
         assert threads == (v["bk_pass_groups"] + sums) * red.group
     # each pass's rows fit the buffers

@@ -173,10 +173,11 @@ class Trainer:
             tile0, tiles = passes[k] if k < len(passes) else (0, 0)
             summed = passes[k - 1][1] * red.group if k > 0 else 0
             train = min(tiles, red.max_groups)
-            groups = train + (sum_groups * len(self.spec.layers) if summed else 0)
+            sums = sum_groups * len(self.spec.layers) if summed else 0
+            groups = train + sums
             rows = dict(g_acts=self.store.pass_rows[k % 2], g_sum_rows=self.store.pass_rows[(k + 1) % 2],
-                        bk_pass_tile0=tile0, bk_pass_tiles=tiles, bk_pass_groups=train, bk_sum_samples=summed,
-                        bk_sum_groups=sum_groups)
+                        bk_pass_tile0=tile0, bk_pass_tiles=tiles, bk_pass_groups=train, bk_pass_sum_wgs=sums,
+                        bk_sum_samples=summed, bk_sum_groups=sum_groups)
             self._train.dispatch([groups * red.group, 1, 1], vars=dict(self._vars(), **rows),
                                  command_encoder=encoder, u=uniforms)
         self._mark(encoder, "train_step")
