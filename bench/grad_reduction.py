@@ -105,13 +105,6 @@ VARIANTS = {
     "column groups: blocks of 128, warp copies, slots column group by column group": replace(
         BLOCKS, row_block=128, row_tiles=True),
     "column groups: blocks of 32, 264 sum groups": replace(BLOCKS, row_tiles=True, reduce_groups=264),
-    "pipeline: 2 passes": replace(COLUMNS, pipeline=2),
-    "pipeline: 4 passes": replace(COLUMNS, pipeline=4),
-    "pipeline: 8 passes": replace(COLUMNS, pipeline=8),
-    "pipeline: 16 passes (rows of two passes fit the L2)": replace(COLUMNS, pipeline=16),
-    "pipeline: 4 passes, 66 sum groups per layer": replace(COLUMNS, pipeline=4, sum_groups=66),
-    "pipeline: 4 passes, 16 sum groups per layer": replace(COLUMNS, pipeline=4, sum_groups=16),
-    "pipeline: 8 passes, 33 sum groups per layer": replace(COLUMNS, pipeline=8, sum_groups=33),
     "occupancy: default, 528 training workgroups": replace(BLOCKS, max_groups=528),
     "occupancy: default, 1056 training workgroups": replace(BLOCKS, max_groups=1056),
     "occupancy: default, one tile per training workgroup": replace(BLOCKS, max_groups=1 << 16),

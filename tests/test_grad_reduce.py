@@ -67,9 +67,8 @@ def test_split_k_reduction_matches_numpy(device, group, groups, unroll, reduce, 
         device.spy.link_program([module], [module.entry_point("bk_reduce_gradients")]))
     grads = make_buffer(device, np.zeros(spec.param_count, np.float32))
     state = make_buffer(device, np.array([1.0, 1.0, 0.0, 0.0], np.float32))
-    # The sum reads g_sum_rows (a pipelined step's previous pass), never the rows training writes.
-    bufs = {"g_sum_rows": make_buffer(device, store.device_rows(rows)), "g_grad_parts": grads, "g_loss_state": state,
-            "g_acts": make_buffer(device, np.zeros(16, np.uint8)), "g_weights16": make_buffer(device, np.zeros(16, np.uint8))}
+    bufs = {"g_acts": make_buffer(device, store.device_rows(rows)), "g_grad_parts": grads, "g_loss_state": state,
+            "g_weights16": make_buffer(device, np.zeros(16, np.uint8))}
     device.submit(lambda enc: kernel.dispatch([groups * group, len(spec.layers), 1], vars=bufs,
                                               command_encoder=enc, batch=batch, groups=groups))
     device.wait()

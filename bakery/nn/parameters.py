@@ -79,11 +79,6 @@ class CoopVecReduction:
     backward pass, objectives that can run a training sample's forward once, keeping its
     layer outputs for the backward pass (BK_KEPT; ``Network.forward_kept``), rather than
     twice through ``bwd_diff`` (benchmarks switch it off to time the difference).
-    ``pipeline``: split-K steps run as this many passes of consecutive tiles, each writing
-    its rows to one of two buffers, and every pass's dispatch also sums the previous pass's
-    rows in workgroups after its training ones (BK_PIPELINE; ``sum_groups`` per layer, 0:
-    ``reduce_groups`` shared out over the passes), so the sum, bound by memory, runs beside
-    training, bound by latency, rather than after it; 1: one training dispatch, then the sum.
     ``staging`` "none" and ``skip_sums`` leave
     out the staging and the per-thread sums (wrong gradients; in split-K mode, the row
     stores and the reduction dispatch), and ``swap_loads`` loads the cooperative-matrix
@@ -111,8 +106,6 @@ class CoopVecReduction:
     row_copy: bool = False
     row_tiles: bool = False
     single_forward: bool = True
-    pipeline: int = 1
-    sum_groups: int = 0
 
     @property
     def chunked(self) -> bool:
@@ -152,10 +145,6 @@ class CoopVecReduction:
             raise ValueError("row_tiles needs row_copy (the warp copies write the column groups)")
         if self.swap_loads and self.reduce != "mma":
             raise ValueError("swap_loads times the cooperative-matrix sum's loads: it needs reduce 'mma'")
-        if self.pipeline < 1 or (self.pipeline > 1 and self.mode != "splitk"):
-            raise ValueError(f"pipeline {self.pipeline}: at least 1, and above 1 only with mode 'splitk'")
-        if self.sum_groups < 0:
-            raise ValueError(f"sum_groups {self.sum_groups}: 0 (shared out) or more")
         if self.row_copy and self.backward == "mma":
             raise ValueError("row_copy with backward 'mma': their groupshared rows together exceed the "
                              "driver's 48 KiB at the widths measured")
@@ -164,16 +153,6 @@ class CoopVecReduction:
     def split_k_groups(self) -> int:
         """Workgroups per layer of the split-K reduction dispatch."""
         return self.reduce_groups or self.max_groups
-
-    def passes(self, batch: int) -> list[tuple[int, int]]:
-        """A step's training passes over ``batch`` samples: (first tile, tiles) each."""
-        tiles = -(-batch // self.group)
-        per = -(-tiles // min(self.pipeline, tiles))
-        return [(t, min(per, tiles - t)) for t in range(0, tiles, per)]
-
-    def pass_sum_groups(self) -> int:
-        """Sum workgroups per layer in each dispatch of a pipelined step."""
-        return self.sum_groups or max(1, -(-self.split_k_groups // self.pipeline))
 
     @property
     def row_align(self) -> int:
@@ -403,7 +382,6 @@ class ParameterStore:
         self.acc_count = acc
         self.row_bytes = row
         self.acts = make_buffer(self.device, np.zeros(row * red.group, np.uint8))
-        self.pass_rows = [self.acts, None]  # a pipelined step's passes write them in turn
         self.weight_pos_host = weight_pos
         self.weights16 = make_buffer(self.device, np.zeros(_align(w16, 16), np.uint8))
         half_owner = np.full(self.weights16.size // 2, 0xFFFFFFFF, np.uint32)
@@ -429,17 +407,10 @@ class ParameterStore:
         return min(-(-batch // self.reduction.group), self.reduction.max_groups)
 
     def reserve_rows(self, batch: int) -> None:
-        """Split-K mode: room for the stored activations of ``batch`` samples' whole tiles
-        (pipelined: of the largest pass's, in each of two buffers, ``pass_rows``)."""
-        red = self.reduction
-        if not self.coopvec or red.mode != "splitk":
-            return
-        rows = max(n for _, n in red.passes(batch)) * red.group
-        if self.acts.size < rows * self.row_bytes:
+        """Split-K mode: room for the stored activations of ``batch`` samples' whole tiles."""
+        rows = -(-batch // self.reduction.group) * self.reduction.group
+        if self.coopvec and self.reduction.mode == "splitk" and self.acts.size < rows * self.row_bytes:
             self.acts = make_buffer(self.device, np.zeros(rows * self.row_bytes, np.uint8))
-        if red.pipeline > 1 and (self.pass_rows[1] is None or self.pass_rows[1].size < rows * self.row_bytes):
-            self.pass_rows[1] = make_buffer(self.device, np.zeros(rows * self.row_bytes, np.uint8))
-        self.pass_rows[0] = self.acts
 
     def device_rows(self, rows: np.ndarray) -> np.ndarray:
         """Split-K rows (one logical row of ``row_bytes`` per sample, as bytes or halfs) in
@@ -521,14 +492,14 @@ class ParameterStore:
             ("BK_TILE_BWD", int(red.backward == "mma")), ("BK_TB_WIDTH", self.tile_width),
             ("BK_TB_HALF_ACC", int(red.tile_accumulator == "half")),
             ("BK_ROW_ALIGN", red.row_align), ("BK_ACTS_BLOCK", red.row_block), ("BK_ACTS_TILED", int(red.row_tiles)),
-            ("BK_ACTS_COPY", int(red.row_copy)), ("BK_PIPELINE", int(red.pipeline > 1)),
+            ("BK_ACTS_COPY", int(red.row_copy)),
             ("BK_ACTS_ROWQ", _copy_row_groups(max(w for _, w in self.row_slots)))))
 
     def network_vars(self) -> dict:
         """Bindings the network's forward/backward pass reads and accumulates into."""
         if self.coopvec:
             return {"g_weights16": self.weights16, "g_grad_parts": self.grad_parts, "g_loss_state": self.loss_state,
-                    "g_acts": self.acts, "g_sum_rows": self.acts}
+                    "g_acts": self.acts}
         return {"g_params": self.params, "g_grads": self.grads}
 
     def optimizer_vars(self) -> dict:

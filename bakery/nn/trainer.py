@@ -93,18 +93,15 @@ class Trainer:
                                         input_gradients=getattr(objective, "input_gradients", True))
             self.store.upload(spec.init_params(config.seed) if params is None else params)
             self.store.reset_loss_scale(self._loss_norm())
-            # A pipelined step's training dispatches also sum (bk_sum_share, nn/grad_reduce.slang).
-            sums = '#include "nn/grad_reduce.slang"\n' if self.store.reduction.pipeline > 1 else ""
             self.source = (self.store.defines() + '#include "nn/mlp.slang"\n'
-                           + program_source(spec, self.store.linear_args) + sums + objective.slang_source())
+                           + program_source(spec, self.store.linear_args) + objective.slang_source())
             adam_source = self.store.defines() + '#include "nn/adam.slang"\n'
             self._adam = device.kernel(adam_source, "adam_step")
             # the loss-scale step's own dispatch, where it also refreshes weight copies
             self._scale = device.kernel(adam_source, "loss_scale_update") if self.store.coopvec else None
         self._train = device.kernel(self.source, "train_step")
         self._reduce = None
-        if (self.store is not None and self.store.coopvec and self.store.reduction.mode == "splitk"
-                and self.store.reduction.pipeline == 1):
+        if self.store is not None and self.store.coopvec and self.store.reduction.mode == "splitk":
             self._reduce = device.kernel(self.source + '#include "nn/grad_reduce.slang"\n', "bk_reduce_gradients")
         if self.groups:
             self._adam_plain = device.kernel(config.optimizer.plain_defines() + '#include "nn/adam_plain.slang"\n',
@@ -148,9 +145,6 @@ class Trainer:
         prepass = getattr(self.objective, "record_prepass", None)
         if prepass is not None:
             prepass(encoder, self.step, c.seed)
-        if self.store is not None and self.store.coopvec and self.store.reduction.pipeline > 1:
-            self._record_passes(encoder)
-            return
         self._train.dispatch([threads, 1, 1], vars=self._vars(), command_encoder=encoder,
                              u=self.objective.uniforms(self.step, c.batch, c.seed))
         self._mark(encoder, "train_step")
@@ -160,27 +154,6 @@ class Trainer:
             self._reduce.dispatch([groups * red.group, len(self.spec.layers), 1], vars=self._vars(),
                                   command_encoder=encoder, batch=c.batch, groups=groups)
             self._mark(encoder, "reduce")
-
-    def _record_passes(self, encoder) -> None:
-        """A pipelined split-K step (CoopVecReduction.pipeline): dispatch k trains pass k
-        into one rows buffer while its last workgroups sum pass k - 1's from the other; a
-        last dispatch sums the last pass."""
-        c, red = self.config, self.store.reduction
-        passes = red.passes(c.batch)
-        sum_groups = red.pass_sum_groups()
-        uniforms = self.objective.uniforms(self.step, c.batch, c.seed)
-        for k in range(len(passes) + 1):
-            tile0, tiles = passes[k] if k < len(passes) else (0, 0)
-            summed = passes[k - 1][1] * red.group if k > 0 else 0
-            train = min(tiles, red.max_groups)
-            sums = sum_groups * len(self.spec.layers) if summed else 0
-            groups = train + sums
-            rows = dict(g_acts=self.store.pass_rows[k % 2], g_sum_rows=self.store.pass_rows[(k + 1) % 2],
-                        bk_pass_tile0=tile0, bk_pass_tiles=tiles, bk_pass_groups=train, bk_pass_sum_wgs=sums,
-                        bk_sum_samples=summed, bk_sum_groups=sum_groups)
-            self._train.dispatch([groups * red.group, 1, 1], vars=dict(self._vars(), **rows),
-                                 command_encoder=encoder, u=uniforms)
-        self._mark(encoder, "train_step")
 
     def _record_step(self, encoder) -> None:
         self._mark(encoder, "start")
