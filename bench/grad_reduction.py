@@ -105,7 +105,6 @@ VARIANTS = {
     "column groups: blocks of 128, warp copies, slots column group by column group": replace(
         BLOCKS, row_block=128, row_tiles=True),
     "column groups: blocks of 32, 264 sum groups": replace(BLOCKS, row_tiles=True, reduce_groups=264),
-    "shuffles: column groups, pieces passed between lanes by shuffles": replace(COLUMNS, row_shuffle=True),
     "occupancy: default, 528 training workgroups": replace(BLOCKS, max_groups=528),
     "occupancy: default, 1056 training workgroups": replace(BLOCKS, max_groups=1056),
     "occupancy: default, one tile per training workgroup": replace(BLOCKS, max_groups=1 << 16),

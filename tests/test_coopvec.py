@@ -38,8 +38,7 @@ def test_coopvec_forward_matches_reference(coopvec_device):
 @pytest.mark.parametrize("reduction", ["slices", "splitk-mma", "splitk-mma-copy", "splitk-mma-generated",
                                        "splitk-mma-tiles", "splitk-mma-tiles-half", "splitk-mma-blocks",
                                        "splitk-mma-blocks-warp-copies", "splitk-mma-blocks-two-forwards",
-                                       "splitk-mma-blocks-warp-copies-column-groups",
-                                       "splitk-mma-blocks-warp-copies-column-groups-shuffles"])
+                                       "splitk-mma-blocks-warp-copies-column-groups"])
 @pytest.mark.parametrize("batch", [BATCH, 1 << 18, 1000])
 def test_coopvec_gradients_match_reference(coopvec_device, batch, reduction, monkeypatch):
     """Per layer, at a small, a production and a ragged batch (fp32 sums, no 1/batch in
@@ -49,8 +48,7 @@ def test_coopvec_gradients_match_reference(coopvec_device, batch, reduction, mon
     stored rows interleaved over blocks of samples, stored per thread or copied per warp;
     with the generated pass after one forward (the default) or after two (bwd_diff's
     primal, then backward_layers'); and with each block's slots stored column group by
-    column group (row_tiles), written through groupshared memory or passed between lanes by
-    shuffles (row_shuffle)."""
+    column group (row_tiles)."""
     import slangpy as spy
 
     from bakery.nn import parameters
@@ -65,7 +63,6 @@ def test_coopvec_gradients_match_reference(coopvec_device, batch, reduction, mon
         **({"row_copy": True} if "warp-copies" in reduction else {}),
         **({"single_forward": False} if "two-forwards" in reduction else {}),
         **({"row_tiles": True} if "column-groups" in reduction else {}),
-        **({"row_shuffle": True} if reduction.endswith("shuffles") else {}),
         transposed_copy=reduction.endswith("-copy"),
         generated_backward=reduction.endswith("generated") or "blocks" in reduction))
     spec, params, image, obj, _ = _setup(coopvec_device, "leaky_relu")

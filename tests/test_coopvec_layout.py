@@ -162,11 +162,6 @@ def test_tile_backward_refuses_what_it_cannot_run():
         CoopVecReduction(group=128, mode="splitk", row_block=16, row_copy=True)  # copies of part lines
     with pytest.raises(ValueError, match="row_tiles needs row_copy"):
         CoopVecReduction(group=128, mode="splitk", reduce="mma", row_block=32, row_tiles=True)  # no copies
-    with pytest.raises(ValueError, match="row_shuffle needs row_tiles"):
-        CoopVecReduction(group=128, mode="splitk", reduce="mma", row_block=32, row_copy=True, row_shuffle=True)
-    with pytest.raises(ValueError, match="row_shuffle needs row_tiles"):  # a block is one 32-lane wave
-        CoopVecReduction(group=128, mode="splitk", reduce="mma", row_block=64, row_copy=True, row_tiles=True,
-                         row_shuffle=True)
     with pytest.raises(ValueError, match="backward 'mma'"):
         CoopVecReduction(group=128, mode="splitk", reduce="mma", backward="mma", row_block=32, row_copy=True)
     wide_rows = NetworkSpec(FrequencyEncoding(2, 3), (128,), 3)

@@ -8,8 +8,6 @@ GPU call; the GPU runs them in test_coopvec.py, test_ntc.py and test_neural_mate
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
@@ -57,14 +55,11 @@ def _material(dev):
                                                                  directions="frame")
 
 
-@pytest.mark.parametrize("backward", ["default", "autodiff", "mma", "thread-stores", "two-forwards", "shuffles"])
+@pytest.mark.parametrize("backward", ["default", "autodiff", "mma", "thread-stores", "two-forwards"])
 @pytest.mark.parametrize("job", [_texture, _ntc, _ntc_patches, _ntc_patches_shuffle, _material],
                          ids=["neural_texture", "ntc", "ntc_patches", "ntc_patches_shuffle", "neural_material"])
 def test_training_program_builds_for_coopvec(coopvec_stand_in, job, backward, monkeypatch):
-    if backward == "shuffles":  # the default's rows, passed between lanes by shuffles
-        monkeypatch.setattr(parameters, "COOPVEC_REDUCTION", dataclasses.replace(
-            parameters.default_reduction(coopvec_stand_in, job(coopvec_stand_in)[0]), row_shuffle=True))
-    elif backward != "default":
+    if backward != "default":
         monkeypatch.setattr(parameters, "COOPVEC_REDUCTION", parameters.CoopVecReduction(
             group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2,
             backward="mma" if backward == "mma" else "coopvec",
@@ -74,10 +69,8 @@ def test_training_program_builds_for_coopvec(coopvec_stand_in, job, backward, mo
     trainer = Trainer(coopvec_stand_in, spec, objective, TrainConfig(steps=1, batch=1024))
     assert trainer.store.coopvec and trainer._reduce is not None  # split-K: its sum kernel built too
     assert ("#define BK_TILE_BWD 1" in trainer.source) == (backward == "mma")
-    default = backward in ("default", "shuffles")
-    assert ("#define BK_GEN_BWD 1" in trainer.source) == (default or backward in ("thread-stores", "two-forwards"))
+    assert ("#define BK_GEN_BWD 1" in trainer.source) == (backward in ("default", "thread-stores", "two-forwards"))
     # one forward per sample wherever the backward pass is generated, unless switched off
-    assert ("#define BK_KEPT 1" in trainer.source) == (default or backward in ("thread-stores", "mma"))
-    assert ("#define BK_ACTS_COPY 1" in trainer.source) == default
-    assert ("#define BK_ACTS_TILED 1" in trainer.source) == default
-    assert ("#define BK_ACTS_SHUFFLE 1" in trainer.source) == (backward == "shuffles")
+    assert ("#define BK_KEPT 1" in trainer.source) == (backward in ("default", "thread-stores", "mma"))
+    assert ("#define BK_ACTS_COPY 1" in trainer.source) == (backward == "default")
+    assert ("#define BK_ACTS_TILED 1" in trainer.source) == (backward == "default")

@@ -75,10 +75,7 @@ class CoopVecReduction:
     of 32 for the copies to cover whole lines); ``row_tiles``: within a block, each slot's
     16-wide column groups lie one after another, each the block's samples' 32 bytes in turn,
     so that a tile the cooperative-matrix sum loads is 512 contiguous bytes rather than 16
-    pieces of 32 a slot's width apart (needs ``row_copy``; slots padded to 16 halfs); ``row_shuffle``:
-    the warps write those column groups passing the 16-byte pieces between lanes by shuffles
-    instead of through groupshared memory (no barriers; needs ``row_tiles`` and blocks of
-    32, one 32-lane wave); ``single_forward``: with a generated
+    pieces of 32 a slot's width apart (needs ``row_copy``; slots padded to 16 halfs); ``single_forward``: with a generated
     backward pass, objectives that can run a training sample's forward once, keeping its
     layer outputs for the backward pass (BK_KEPT; ``Network.forward_kept``), rather than
     twice through ``bwd_diff`` (benchmarks switch it off to time the difference).
@@ -108,7 +105,6 @@ class CoopVecReduction:
     row_block: int = 1
     row_copy: bool = False
     row_tiles: bool = False
-    row_shuffle: bool = False
     single_forward: bool = True
 
     @property
@@ -147,8 +143,6 @@ class CoopVecReduction:
                              "(a warp's copies then write whole lines)")
         if self.row_tiles and not self.row_copy:
             raise ValueError("row_tiles needs row_copy (the warp copies write the column groups)")
-        if self.row_shuffle and (not self.row_tiles or self.row_block != 32):
-            raise ValueError("row_shuffle needs row_tiles and a row_block of 32 (one 32-lane wave per block)")
         if self.swap_loads and self.reduce != "mma":
             raise ValueError("swap_loads times the cooperative-matrix sum's loads: it needs reduce 'mma'")
         if self.row_copy and self.backward == "mma":
@@ -380,7 +374,7 @@ class ParameterStore:
                              f"bytes of groupshared memory (at most {TILE_BACKWARD_SHARED_BYTES}); "
                              "use a smaller workgroup")
         copy_bytes = row_copy_bytes(spec, red.group, red.row_align)
-        if red.row_copy and not red.row_shuffle and copy_bytes > ROW_COPY_SHARED_BYTES:
+        if red.row_copy and copy_bytes > ROW_COPY_SHARED_BYTES:
             raise ValueError(f"row_copy: {red.group} threads x rows of the widest layer take {copy_bytes} bytes "
                              f"of groupshared memory (at most {ROW_COPY_SHARED_BYTES}); use row_copy=False "
                              "or a smaller workgroup")
@@ -498,7 +492,7 @@ class ParameterStore:
             ("BK_TILE_BWD", int(red.backward == "mma")), ("BK_TB_WIDTH", self.tile_width),
             ("BK_TB_HALF_ACC", int(red.tile_accumulator == "half")),
             ("BK_ROW_ALIGN", red.row_align), ("BK_ACTS_BLOCK", red.row_block), ("BK_ACTS_TILED", int(red.row_tiles)),
-            ("BK_ACTS_COPY", int(red.row_copy)), ("BK_ACTS_SHUFFLE", int(red.row_shuffle)),
+            ("BK_ACTS_COPY", int(red.row_copy)),
             ("BK_ACTS_ROWQ", _copy_row_groups(max(w for _, w in self.row_slots)))))
 
     def network_vars(self) -> dict:
