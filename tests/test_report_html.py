@@ -15,7 +15,8 @@ from pipeline_helpers import BASIC_TOML, make_project
 from bakery.errors import UsageError
 from bakery.pipeline.cli import bake_cmd
 from bakery.pipeline.config import load_pipeline
-from bakery.pipeline.html_report import convergence_series, image_pairs, rd_points
+from bakery.reporting import convergence_series, image_pairs
+from bakery.stages.ntc.report import rd_points
 from bakery.pipeline.report import BakeReport, TaskOutcome
 
 def gated(bound: str) -> str:
@@ -111,8 +112,8 @@ def test_report_html_pairs_images_and_reads_curves(tmp_path):
     assert convergence_series({"loss": "l2", "per_step": [3, 2, 1]})[1]["l2 loss"].tolist() == [3, 2, 1]
     rep = BakeReport("p.toml", "out", tasks=[TaskOutcome("texture", "t/a", "built", metrics=manifest["metrics"])])
     page = render(rep, {"texture/t/a": b})
-    assert page.count("<img") == 4  # reference, decoded, difference, convergence plot
-    assert "difference &times;4" in page
+    assert page.count("<img") == 5  # reference, decoded, difference, convergence plot; the full-size viewer
+    assert "difference \u00d74" in page
 
 
 def test_rd_points_from_an_ntc_manifest():

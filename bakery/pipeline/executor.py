@@ -92,6 +92,7 @@ class Executor:
 
             require_ray(private=opts.address is None)
         self.runner = None
+        self._all_specs: list[TaskSpec] = []  # tasks outside this bake whose bundles the report shows
 
     def forced(self, spec: TaskSpec) -> bool:
         return self.force_all or spec.stage in self.force
@@ -123,6 +124,9 @@ class Executor:
                 report.notes.append(f"removed {swept} staging folder(s) left by an interrupted bake")
             try:
                 self._run_all(specs, report)
+                if runs_a_subset(self.opts):
+                    self._keep_the_others(specs, report)
+                self._warn_losses(report)
             finally:
                 report.seconds = time.monotonic() - t0
                 report.device = self.devices.info() or getattr(self.runner, "device", None)
@@ -132,10 +136,72 @@ class Executor:
                 self._write_html(report, specs)
         return report
 
+    def _keep_the_others(self, specs: list[TaskSpec], report: BakeReport) -> None:
+        """A bake of some tasks (``--only``, ``--asset``, ``--changed``) leaves the others'
+        bundles in out/; the report lists them too, so it says what out/ holds, not what
+        the last command did. In pipeline order; their bundles are not rebuilt or checked."""
+        ran = {s.id for s in specs}
+        every = plan(self.pipe, PlanOptions(device=self.opts.device))
+        done = {(o.stage, o.asset): o for o in report.tasks}
+        tasks = []
+        for s in every:
+            if s.id in ran:
+                tasks.append(done[(s.stage, s.asset)])
+                continue
+            self._all_specs.append(s)
+            tasks.append(self._kept(s))
+        report.tasks = tasks
+
+    def _kept(self, spec: TaskSpec) -> TaskOutcome:
+        out_dir = Path(spec.out_dir)
+        o = TaskOutcome(spec.stage, spec.asset, "skipped", key=spec.key or None, out_dir=display_path(out_dir),
+                        stage_type=spec.stage_type)
+        manifest = _read_manifest(out_dir)
+        if not manifest:
+            o.reason = "not in this bake; out/ holds no bundle for it yet"
+            return o
+        sums = self.cache.sums(spec.key) if spec.key else None
+        if sums is None or not output_matches(out_dir, sums):
+            o.reason = "not in this bake; out/ holds an older bundle (its inputs or params changed since)"
+            o.key = None  # no section memo for a bundle no key describes
+        else:
+            o.status, o.reason = "cached", "not in this bake; out/ holds its current bundle"
+            o.seconds = self._build_seconds(spec) or 0.0
+        o.metrics = dict(manifest.get("metrics") or {})
+        o.verdict = self._verdict(spec.stage_type, manifest)
+        return o
+
+    def _verdict(self, stage_type: str, manifest: dict) -> dict | None:
+        """The stage's judgement of its bundle against its baseline (its ``judge`` hook)."""
+        from bakery.stages import get_stage
+
+        try:
+            v = get_stage(stage_type).judge(manifest)
+        except Exception as e:  # noqa: BLE001 - a malformed record costs the verdict, not the bake
+            self.log.warning("%s: no verdict against the baseline: %s", stage_type, e)
+            return None
+        return v.to_dict() if v is not None else None
+
+    def _build_seconds(self, spec: TaskSpec) -> float | None:
+        """How long the bundle now cached took to build, from the task's cache record."""
+        record = self.cache.read_record(spec.stage, spec.asset) or {}
+        if record.get("key") == spec.key and isinstance(record.get("build_seconds"), (int, float)):
+            return float(record["build_seconds"])
+        return None
+
+    def _warn_losses(self, report: BakeReport) -> None:
+        """A result worse than what a studio ships without it is never silent."""
+        from bakery.pipeline.report import verdict_line
+
+        for o in report.tasks:
+            if o.loses:
+                self.log.warning("%s/%s loses to its baseline: %s", o.stage, o.asset, verdict_line(o.verdict))
+
     def _write_html(self, report: BakeReport, specs: list[TaskSpec]) -> None:
         """out/report.html; a plot that cannot be drawn costs a warning, never the bake."""
         try:
-            write_html_report(report, task_dirs(specs), self.pipe.out / HTML_REPORT_NAME, memo=self.cache.root / "report")
+            write_html_report(report, task_dirs(specs + self._all_specs), self.pipe.out / HTML_REPORT_NAME,
+                              memo=self.cache.root / "report")
         except Exception as e:  # noqa: BLE001
             self.log.warning("report.html not written: %s: %s", type(e).__name__, e)
 
@@ -214,22 +280,27 @@ class Executor:
         out_dir = Path(spec.out_dir)
         o = TaskOutcome(spec.stage, spec.asset, event.kind, reason=event.reason, error=event.error or None,
                         seconds=event.seconds, key=spec.key or None, out_dir=display_path(out_dir),
-                        log=display_path(event.log) if event.log else None)
+                        log=display_path(event.log) if event.log else None, stage_type=spec.stage_type)
         if event.kind not in ("built", "cached"):
             return o
+        built_in = event.seconds if event.kind == "built" else self._build_seconds(spec)
         start = time.monotonic()
         try:
             if not output_matches(out_dir, event.sums or {}):
                 if event.kind == "cached":
                     o.reason = "output folder restored from cache"
                 self._materialize(self.cache.bundle_dir(spec.key), out_dir)
-            self.cache.write_record(spec.stage, spec.asset, spec.key, spec.parts)
+            self.cache.write_record(spec.stage, spec.asset, spec.key, spec.parts, build_seconds=built_in)
         except OSError as e:  # disk full, permissions: this task fails, the bake goes on
             o.status, o.error = "failed", f"{spec.id}: cannot write output: {e}"
             return o
         finally:
             o.seconds += time.monotonic() - start
-        o.metrics = _read_metrics(self.cache.bundle_dir(spec.key))
+        if event.kind == "cached" and built_in is not None:
+            o.seconds = built_in  # what the bundle took to build; the check itself costs ~nothing
+        manifest = _read_manifest(self.cache.bundle_dir(spec.key))
+        o.metrics = dict(manifest.get("metrics") or {})
+        o.verdict = self._verdict(spec.stage_type, manifest)
         decl = self.pipe.stages.get(spec.stage)
         gate = first_failure(decl.require, o.metrics) if decl is not None else None
         if gate:
@@ -251,13 +322,19 @@ class Executor:
             raise
 
 
-def _read_metrics(bundle: Path) -> dict:
+def _read_manifest(bundle: Path) -> dict:
     import json
 
     try:
-        return dict(json.loads((bundle / "manifest.json").read_text()).get("metrics") or {})
-    except (OSError, ValueError, AttributeError):
+        manifest = json.loads((bundle / "manifest.json").read_text())
+    except (OSError, ValueError):
         return {}
+    return manifest if isinstance(manifest, dict) else {}
+
+
+def runs_a_subset(opts: BakeOptions) -> bool:
+    """Whether this bake runs only some of the pipeline's tasks."""
+    return bool(opts.only or opts.assets) or opts.changed is not None
 
 
 def bake(pipe: Pipeline, opts: BakeOptions, log: logging.Logger | None = None) -> BakeReport:

@@ -76,8 +76,9 @@ def run_task(stage_cls: type[Stage], inputs: Sequence[StageInput], raw_params: d
             "params": params,
             "seed": int(seed),
             "device": device_info,
-            "metrics": dict(result.metrics),
+            "metrics": result.all_metrics(),
             **result.manifest,
+            **({"verdict": result.verdict.to_dict()} if result.verdict is not None else {}),
         })
         atomic_publish(staging, out_dir)
     except BakeryError:

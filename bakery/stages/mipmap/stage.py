@@ -16,6 +16,7 @@ from bakery.nn.optimizers import Adam
 from bakery.nn.trainer import TrainConfig, Trainer
 from bakery.stages import Param, Stage, StageResult, register
 from bakery.stages.base import StepProgress
+from bakery.verdict import budget_reason, error_verdict, margin_of_error, part
 from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_record
 from bakery.stages.mipmap.chain import MipChain
 from bakery.stages.mipmap.material import load_mip_material
@@ -43,6 +44,17 @@ class Mipmap(Stage):
     version = "1"
     description = "train normal/roughness mip chains that shade like the full-resolution map"
     input_roles = ("normal", "roughness", "albedo", "metalness")
+    baseline = "the better of box and Toksvig mips"
+    metric_docs = {
+        "trained_rmse_1_4": ("RMSE trained, levels 1–4", "RMSE of the rendered trained mips against the "
+                             "area-averaged full-resolution render, held-out light/view pairs"),
+        "box_rmse_1_4": ("RMSE box, levels 1–4", "the same for a 2x2 box-filtered chain"),
+        "toksvig_rmse_1_4": ("RMSE Toksvig, levels 1–4", "the same for box normals with Toksvig-widened roughness"),
+        "vmf_rmse_1_4": ("RMSE vMF, levels 1–4", "the same for von Mises-Fisher (vMF) filtered roughness"),
+        "reduction_vs_toksvig_1_4": ("RMSE vs Toksvig, levels 1–4",
+                                     "1 - trained RMSE / Toksvig RMSE: the fraction of Toksvig's error removed"),
+        "margin_db": ("vs box/Toksvig (dB)", "20 log10 of the better baseline's RMSE over the trained one"),
+    }
     params = (
         Param("levels", int, 0, "levels below 0 to author (0: down to a 4-texel smaller side)", min=0, max=16),
         QUALITY,
@@ -105,8 +117,9 @@ class Mipmap(Stage):
         ctx.log.info("%s: %dx%d, levels 1-%d, %d steps x %d pairs; RMSE 1-4 trained %.4f box %.4f toksvig %.4f",
                      inp.name, width, height, chain.deepest, settings["steps"], settings["pairs"],
                      summary["trained_rmse_1_4"], summary["box_rmse_1_4"], summary["toksvig_rmse_1_4"])
+        verdict = _against_filters(summary, levels, budget_reason(PRESETS, dclass, params, given))
         return StageResult(
-            metrics={"levels": levels, **summary},
+            metrics={"levels": levels, **summary}, verdict=verdict,
             manifest={"mipmap": {
                 "source": {"width": width, "height": height, "roughness_map": material.roughness_given},
                 "levels": chain.deepest, "settings": settings, "start": fit.start_choice,
@@ -116,6 +129,50 @@ class Mipmap(Stage):
                 "size_policy": "powers of two on both sides, smaller side >= 8; no padding or cropping"},
                 "resolved_params": resolved_record(given, params, device_class=dclass)})
 
+    @classmethod
+    def report_section(cls, view) -> str:
+        return _report_section(view)
+
+
+def _against_filters(summary: dict, levels: list[dict], budget: str):
+    """The trained chain's RMSE over levels 1-4 against the better of box and Toksvig, per level too."""
+    best = min(("box", "toksvig"), key=lambda k: summary[f"{k}_rmse_1_4"])
+    parts = []
+    for row in levels:
+        theirs = min(row["box_rmse"], row["toksvig_rmse"])
+        parts.append(part(f"level {row['level']} ({row['width']}x{row['height']}) RMSE", row["trained_rmse"], theirs,
+                          margin_of_error(row["trained_rmse"], theirs)))
+    return error_verdict(f"{'box' if best == 'box' else 'Toksvig'} mips", summary["trained_rmse_1_4"],
+                         summary[f"{best}_rmse_1_4"], metric="RMSE, levels 1–4", reason=budget, parts=parts)
+
 
 def _psnr(mse: float) -> float:
     return float("inf") if mse <= 0 else float(10.0 * np.log10(1.0 / mse))
+
+
+def _report_section(view) -> str:
+    """RMSE per level of the trained chain against box, Toksvig and vMF, and each level's render."""
+    from bakery import reporting
+
+    levels = (view.manifest.get("metrics") or {}).get("levels") or []
+    extra = [view_levels(levels)] if levels else []
+    extra += [reporting.picture(view, name, f"level {name[len('preview_level'):-4]}: reference | trained | box")
+              for name in sorted(view.files()) if name.startswith("preview_level") and name.endswith(".png")]
+    return reporting.section(view, extra=extra)
+
+
+def view_levels(levels: list[dict]) -> str:
+    from bakery.reporting import figure_axes, plot
+
+    fig, ax = figure_axes()
+    x = [r["level"] for r in levels]
+    for name, style in (("trained", "o-"), ("box", "s--"), ("toksvig", "^--"), ("vmf", "v:")):
+        if f"{name}_rmse" in levels[0]:
+            ax.semilogy(x, [r[f"{name}_rmse"] for r in levels], style, label=name)
+    ax.set_xlabel("mip level")
+    ax.set_ylabel("rendered RMSE (held out)")
+    ax.set_title("trained mips vs box, Toksvig, vMF")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="small")
+    return plot(fig, "RMSE per level")
+
