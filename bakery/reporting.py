@@ -88,9 +88,9 @@ def verdict_block(v: Verdict | None) -> str:
         return head
     rows = [f"<table class='verdict'><tr><th></th><th>result</th><th>{e(v.baseline)}</th><th>margin (dB)</th></tr>"]
     for p in v.parts:
-        lose = " class='loses'" if p["margin_db"] < 0 else ""
+        lose = " class='loses'" if float(p["margin_db"]) < 0 else ""
         rows.append(f"<tr{lose}><td>{e(p['name'])}</td><td class='num'>{e(num(p['result']))}</td>"
-                    f"<td class='num'>{e(num(p['baseline']))}</td><td class='num'>{p['margin_db']:+.2f}</td></tr>")
+                    f"<td class='num'>{e(num(p['baseline']))}</td><td class='num'>{float(p['margin_db']):+.2f}</td></tr>")
     return head + "".join(rows) + "</table>"
 
 

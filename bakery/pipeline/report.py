@@ -80,7 +80,7 @@ class BakeReport:
     def table(self, labels: Callable[[TaskOutcome, str], str] | None = None) -> str:
         """The human summary: one row per task (a result that loses to its baseline says
         so), totals, then each stage's metrics as an aligned table (one column per metric,
-        nested ones as ``psnr_db.normal``; ``labels(task, name)`` gives a readable header)."""
+        headed by its readable name: ``labels(task, name)``, the stage's metric_docs by default)."""
         rows = [("stage", "asset", "status", "seconds", "vs baseline", "detail")]
         for o in self.tasks:
             v = o.verdict
@@ -97,16 +97,24 @@ class BakeReport:
                 continue
             names = [k for k in dict.fromkeys(k for _, m in measured for k in m)
                      if any(m.get(k) is not None for _, m in measured)]  # a metric never measured is no column
-            head = [labels(measured[0][0], k) if labels else k for k in names]
+            head = [(labels or metric_label)(measured[0][0], k) for k in names]
             lines.append("")
             lines.extend(_align([(stage, *head)] + [(o.asset, *(_fmt(m[k]) if m.get(k) is not None else "-"
                                                                for k in names)) for o, m in measured], right_from=1))
-        losing = [o for o in self.tasks if o.loses]
-        if losing:
-            lines.append("")
-            lines.append(f"{len(losing)} of {t['total']} tasks lose to their baseline:")
-            lines.extend(f"  {o.stage}/{o.asset}: {verdict_line(o.verdict)}" for o in losing)
         return "\n".join(line.rstrip() for line in lines)
+
+
+def metric_label(o: TaskOutcome, name: str) -> str:
+    """A metric's readable name from its stage's ``metric_docs``; the name itself for a
+    stage this process does not know."""
+    from bakery.reporting import describe_metric
+    from bakery.stages import get_stage
+
+    try:
+        docs = get_stage(o.stage_type).metric_docs if o.stage_type else {}
+    except Exception:  # noqa: BLE001 - a plugin stage not imported here
+        docs = {}
+    return describe_metric(name, docs)[0] if docs else name
 
 
 def verdict_line(v: dict) -> str:

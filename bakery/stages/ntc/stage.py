@@ -26,7 +26,7 @@ from bakery.stages.ntc.rate import choose, ladder
 from bakery.stages.ntc.shader import LANGUAGES, generate_ntc_decoder
 from bakery.stages.ntc.weighting import MarginSteering, bcn_weights
 from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_record
-from bakery.verdict import budget_reason, part, psnr_verdict
+from bakery.verdict import budget_reason, margin_of_psnr, part, psnr_verdict
 
 #: What ``auto`` means. At ``production`` the CPU (lavapipe) row keeps a 256^2 set under a
 #: minute (32 s warm, 42 s with cold Slang and Mesa caches, on a shared 2-core machine), the
@@ -350,7 +350,7 @@ class NeuralTextureCompression(Stage):
 def _against_bcn(scores: dict, report: dict, set_db: float, budget: str):
     """The set (PSNR of the mean MSE) and each texture against BCn downscaled to the same bytes."""
     theirs = {r: report["textures"][r]["same_bytes_psnr"] for r in scores}
-    parts = [part(r, scores[r], theirs[r], scores[r] - theirs[r]) for r in scores]
+    parts = [part(r, scores[r], theirs[r], margin_of_psnr(scores[r], theirs[r])) for r in scores]
     reason = "; ".join(x for x in (budget, GPU_MARGIN_NOTE if budget.startswith("CPU") else "") if x)
     return psnr_verdict(f"BCn at equal bytes ({report['same_bytes']['bpp']:.2f} bpp)", set_db,
                         set_psnr(theirs.values()), metric="set PSNR (dB)", reason=reason, parts=parts)
