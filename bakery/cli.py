@@ -113,6 +113,9 @@ def run(stage, inputs, out_dir, param_items, seed, device_kind):
     stage_cls = get_stage(stage, key="STAGE")
     stage_cls.resolve(_parse_params(param_items), key_prefix="--param")
     roles = stage_cls.input_roles
+    missing = [p for p in inputs if not Path(p).exists()]
+    if missing:
+        raise UsageError("not found", where=str(missing[0]), key="INPUTS")
     if len(inputs) == 1 and Path(inputs[0]).is_dir() and len(roles) > 1:
         files = role_files(Path(inputs[0]), roles)
     elif len(inputs) == len(roles):

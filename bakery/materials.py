@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bakery.errors import UsageError
+from bakery.errors import UsageError, did_you_mean
 from bakery.formats.images import load_image
 
 @dataclass(frozen=True)
@@ -75,7 +75,8 @@ def load_material(files: dict[str, Path]) -> MaterialSet:
     silently change what the artist authored, so a mismatch is an error naming both."""
     unknown = sorted(set(files) - set(ROLES))
     if unknown:
-        raise UsageError(f"unknown texture role(s) {', '.join(unknown)} (known: {', '.join(ROLES)})", key="inputs")
+        hint = did_you_mean(unknown[0], ROLES) if len(unknown) == 1 else ""
+        raise UsageError(f"unknown texture role(s) {', '.join(unknown)}{hint} (known: {', '.join(ROLES)})", key="inputs")
     if not files:
         raise UsageError("no textures in material", key="inputs")
     roles, slices, parts, first, c = [], [], [], None, 0

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from bakery.errors import UsageError
+from bakery.errors import UsageError, did_you_mean
 from bakery.pipeline.cache import Cache, output_matches
 from bakery.pipeline.config import Pipeline, display_path
 from bakery.pipeline.gates import first_failure
@@ -80,8 +80,9 @@ class Executor:
         force = set(opts.force)
         unknown = force - set(pipe.stages) - {ALL_STAGES}
         if unknown:
-            raise UsageError(f"unknown stage {sorted(unknown)[0]!r} (stages: {', '.join(pipe.stages)})",
-                             key="--force")
+            bad = sorted(unknown)[0]
+            raise UsageError(f"unknown stage {bad!r}{did_you_mean(bad, pipe.stages)} (stages: {', '.join(pipe.stages)})"
+                             + _pipeline_hint(bad), key="--force")
         self.force_all = ALL_STAGES in force
         self.force = force
         self.runner_kind = opts.runner or pipe.runner
@@ -283,21 +284,22 @@ class Executor:
                         log=display_path(event.log) if event.log else None, stage_type=spec.stage_type)
         if event.kind not in ("built", "cached"):
             return o
-        built_in = event.seconds if event.kind == "built" else self._build_seconds(spec)
+        built_in = None if event.kind == "built" else self._build_seconds(spec)
         start = time.monotonic()
         try:
             if not output_matches(out_dir, event.sums or {}):
                 if event.kind == "cached":
                     o.reason = "output folder restored from cache"
                 self._materialize(self.cache.bundle_dir(spec.key), out_dir)
+            if event.kind == "built":  # building and publishing: what a cached re-bake will show
+                built_in = round(event.seconds + time.monotonic() - start, 3)
             self.cache.write_record(spec.stage, spec.asset, spec.key, spec.parts, build_seconds=built_in)
         except OSError as e:  # disk full, permissions: this task fails, the bake goes on
             o.status, o.error = "failed", f"{spec.id}: cannot write output: {e}"
-            return o
-        finally:
             o.seconds += time.monotonic() - start
-        if event.kind == "cached" and built_in is not None:
-            o.seconds = built_in  # what the bundle took to build; the check itself costs ~nothing
+            return o
+        # a cached task shows the time its bundle took to build; checking it costs ~nothing
+        o.seconds = built_in if built_in is not None else o.seconds + time.monotonic() - start
         manifest = _read_manifest(self.cache.bundle_dir(spec.key))
         o.metrics = dict(manifest.get("metrics") or {})
         o.verdict = self._verdict(spec.stage_type, manifest)
@@ -320,6 +322,14 @@ class Executor:
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
+
+
+def _pipeline_hint(value: str) -> str:
+    """``bakery bake --force pipeline.toml`` reads the file as the stage to force."""
+    if value.endswith(".toml") or Path(value).is_file():
+        return (f"; --force takes a stage name (or '*' for every stage): to force every stage of {value}, "
+                f"run `bakery bake {value} --force '*'`")
+    return ""
 
 
 def _read_manifest(bundle: Path) -> dict:

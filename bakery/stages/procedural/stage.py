@@ -167,11 +167,15 @@ def _report_section(view) -> str:
     """The render beside its target, the 4x render, and the loss/complexity Pareto front."""
     from bakery import reporting
 
-    pairs = [("", view.bundle / "target.png", view.bundle / "render.png")]
-    extra = [reporting.picture(view, "render_4x.png", "render at 4x (a program has no resolution)"),
-             reporting.picture(view, "pareto.png", "loss vs complexity: every structure fitted", css="plot")]
-    rows = reporting.image_rows(view, pairs)
-    return reporting.section(view, extra=rows + extra)
+    files = set(view.files())
+    pairs = [("", view.bundle / "target.png", view.bundle / "render.png")] if {"target.png", "render.png"} <= files \
+        else []
+    extra = reporting.image_rows(view, pairs)
+    if "render_4x.png" in files:
+        extra.append(reporting.picture(view, "render_4x.png", "render at 4x (a program has no resolution)"))
+    if "pareto.png" in files:
+        extra.append(reporting.picture(view, "pareto.png", "loss vs complexity: every structure fitted", css="plot"))
+    return reporting.section(view, extra=extra)
 
 
 def _pareto_plot(search) -> bytes:
