@@ -24,7 +24,7 @@ from bakery.pipeline.gates import first_failure
 from bakery.pipeline.html_report import HTML_REPORT_NAME, task_dirs, write_html_report
 from bakery.pipeline.lock import OutputLock
 from bakery.pipeline.planner import PlanOptions, plan
-from bakery.progress import StageProgress
+from bakery.progress import BakeCount, StageProgress
 from bakery.pipeline.report import BakeReport, TaskOutcome
 from bakery.pipeline.runner import Event, LocalRunner, decide
 from bakery.pipeline.safety import check_report_target, forget_report
@@ -156,7 +156,7 @@ class Executor:
     def _kept(self, spec: TaskSpec) -> TaskOutcome:
         out_dir = Path(spec.out_dir)
         o = TaskOutcome(spec.stage, spec.asset, "skipped", key=spec.key or None, out_dir=display_path(out_dir),
-                        stage_type=spec.stage_type)
+                        stage_type=spec.stage_type, in_this_bake=False)
         manifest = _read_manifest(out_dir)
         if not manifest:
             o.reason = "not in this bake; out/ holds no bundle for it yet"
@@ -227,6 +227,7 @@ class Executor:
         for s in specs:
             counts[s.stage] = counts.get(s.stage, 0) + 1
         shown: dict[str, StageProgress] = {}
+        overall = BakeCount(len(specs))
 
         def progress_of(stage: str) -> StageProgress:
             if stage not in shown:
@@ -244,7 +245,8 @@ class Executor:
                     continue
                 spec = by_id[event.task]
                 o = outcomes[spec.id] = self._outcome(spec, event)
-                progress_of(spec.stage).finished(spec.asset, o.status, o.seconds, o.error or o.reason)
+                progress_of(spec.stage).finished(spec.asset, o.status, o.seconds, o.error or o.reason,
+                                                 overall=overall.finished())
                 if o.status == "failed" and self.opts.fail_fast:
                     not_run = "not run: --fail-fast after a failure"
                     break

@@ -27,6 +27,7 @@ class TaskOutcome:
     out_dir: str | None = None
     log: str | None = None
     stage_type: str | None = None
+    in_this_bake: bool = True  # False: a task outside an --only/--asset/--changed bake, listed as out/ holds it
     verdict: dict[str, Any] | None = None  # bakery.verdict.Verdict.to_dict(): the result against its baseline
 
     @property

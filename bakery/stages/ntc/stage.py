@@ -19,7 +19,7 @@ from bakery.materials import ROLES, SRGB_ROLES, load_material, renormalize_norma
 from bakery.nn.optimizers import Adam
 from bakery.nn.trainer import TrainConfig, Trainer
 from bakery.stages import Param, Stage, StageResult, register
-from bakery.stages.base import StepProgress
+from bakery.progress import TrainingProgress
 from bakery.stages.ntc import bc4, packing
 from bakery.stages.ntc.objective import LATENT_BITS, LATENT_MODES, LatentTextureFit
 from bakery.stages.ntc.rate import choose, ladder
@@ -71,6 +71,8 @@ PRESETS = Presets({
             "final": {"steps": 20000, **_GPU}},
 }, fit=_fit_to_set)
 FREEZE_FRACTION = 0.05
+#: Seconds between the live set-PSNR readouts (each decodes the whole set).
+PROBE_INTERVAL_S = 10.0
 #: What a GPU bake reaches, for the reason beside a CPU-budget loss (bench/RESULTS.md, "ntc").
 GPU_MARGIN_NOTE = "on a GPU, margin weighting puts all 30 sample textures >= 2 dB over BCn at equal bytes at 8 bpp"
 
@@ -194,7 +196,9 @@ class NeuralTextureCompression(Stage):
                                    lazy_latents=lazy, touched_cells=lazy, line_texels=params["line_texels"],
                                    patches=params["patches"])
             trainer = Trainer(ctx.device, point.network, obj, cfg)
-            progress = StepProgress(ctx, cfg.steps)
+            # the set's PSNR now and then: a decode of the whole set, so rarely (it costs no bytes)
+            progress = TrainingProgress(ctx.progress, cfg.steps, interval_s=PROBE_INTERVAL_S,
+                                        probe=lambda done: {"set_psnr_db": set_psnr(scores_of(obj, trainer)[1].values())})
             freeze = cfg.steps - int(FREEZE_FRACTION * cfg.steps)
             steering = None
             if weighting == "margin":
