@@ -162,6 +162,20 @@ def run(stage, inputs, out_dir, param_items, seed, device_kind):
         click.echo(f"  {k:<{width}}  {v:.4g}" if isinstance(v, float) else f"  {k:<{width}}  {v}")
 
 
+@main.command("init")
+@click.argument("folder", default=".", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="Replace an existing pipeline.toml.")
+def init_cmd(folder, force):
+    """Write FOLDER/pipeline.toml for the textures and material folders found below FOLDER."""
+    from bakery.scaffold import init
+
+    target, found = init(folder, folder / "pipeline.toml", force=force)
+    n_mat = sum(len(v) for v in found.materials.values())
+    n_tex = sum(len(v) for v in found.textures.values())
+    click.echo(f"wrote {target}: {n_mat} material(s), {n_tex} single texture(s). Next: bakery bake"
+               + ("" if folder == Path(".") else f" {target}") + ", then bakery view out")
+
+
 def _register_subsystem_commands() -> None:
     from bakery.formats.cli import inspect_cmd, verify_cmd
     from bakery.pipeline.cli import bake_cmd, clean_cmd
