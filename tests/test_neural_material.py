@@ -195,6 +195,14 @@ def bundle(tmp_path_factory, device, request):
     return mat, out, json.loads((out / "manifest.json").read_text())
 
 
+def test_report_section_shows_student_and_uniform_material(bundle):
+    from report_check import assert_section
+
+    _, out, _ = bundle
+    html = assert_section(out, images=4)  # preview per direction, the uniform material, the bar plot
+    assert "teacher | uniform material" in html
+
+
 def test_auto_params_resolve_per_quality_and_are_recorded(bundle, device):
     from bakery.stages.neural_material.stage import PRESETS
 

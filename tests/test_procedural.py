@@ -206,6 +206,9 @@ def test_same_seed_gives_the_same_bytes(device, tmp_path):
         assert run_stage(img, tmp_path / k, *SMALL).exit_code == 0
     for f in ("program.json", "render.png", "procedural.slang", "pareto.json", "manifest.json"):
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
+    from report_check import assert_section
+
+    assert_section(tmp_path / "a", images=5)  # target, render, difference, the 4x render, the Pareto plot
 
 
 def test_auto_params_resolve_per_quality_and_are_recorded(device, tmp_path):

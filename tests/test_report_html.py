@@ -147,8 +147,15 @@ params = { steps = 32, batch = 1024, width = 16, layers = 1, octaves = 3 }
     page = project / "out" / "report.html"
     args = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
             f"--user-data-dir={tmp_path / 'profile'}"]
-    dom = subprocess.run([*args, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    run = subprocess.run([*args, "--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri()], capture_output=True,
+                         text=True, timeout=120)
+    dom = run.stdout
     assert "id=\"task-texture-photos-a\"" in dom and dom.count("<img") >= 4  # 3 images and the curve
+    assert [line for line in run.stderr.splitlines() if ":CONSOLE" in line] == []  # no script errors, no warnings
+    assert "data-full=\"../src/a.png\"" in dom  # a click opens the source file full size
+    from report_check import assert_section
+
+    assert_section(project / "out" / "texture" / "photos" / "a", {"image": project / "src" / "a.png"}, images=3)
     shot = tmp_path / "shot.png"
     subprocess.run([*args, f"--screenshot={shot}", "--window-size=1000,800", page.as_uri()], capture_output=True,
                    timeout=120)
