@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from bakery.errors import UsageError
-from bakery.formats.images import mean_psnr, psnr, set_psnr
+from bakery.formats.images import image_size, mean_psnr, psnr, set_psnr
 from bakery.materials import ROLES, SRGB_ROLES, load_material, renormalize_normals
 from bakery.nn.optimizers import Adam
 from bakery.nn.trainer import TrainConfig, Trainer
@@ -25,7 +25,7 @@ from bakery.stages.ntc.objective import LATENT_BITS, LATENT_MODES, LatentTexture
 from bakery.stages.ntc.rate import choose, ladder
 from bakery.stages.ntc.shader import LANGUAGES, generate_ntc_decoder
 from bakery.stages.ntc.weighting import MarginSteering, bcn_weights
-from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_record
+from bakery.stages.params import AUTO, QUALITY, Presets
 
 #: What ``auto`` means. At ``production`` the CPU (lavapipe) row keeps a 256^2 set under a
 #: minute (32 s warm, 42 s with cold Slang and Mesa caches, on a shared 2-core machine), the
@@ -83,6 +83,7 @@ class NeuralTextureCompression(Stage):
     version = "4"
     description = "compress a material's texture set (with mips) into latent textures + a decoder MLP"
     input_roles = tuple(ROLES)
+    presets = PRESETS
     params = (
         Param("bpp", float, 8.0, "GPU-resident bits per texel of mip 0 for the whole set (latents with their "
               "mips + decoder)", min=0.5, max=20.0),
@@ -127,15 +128,24 @@ class NeuralTextureCompression(Stage):
             raise UsageError("patches and line_texels are two sample layouts: set one of them", where=where,
                              key=f"{key_prefix}.patches")
 
+    @classmethod
+    def resolve_auto(cls, params, *, device_class, files) -> dict:
+        """The presets sized by the set's texels (from the first texture's header), then
+        what the latent mode and sample layout imply: BC4 holds 4-bit codes whatever the
+        preset says, and lines asked for replace automatic patches."""
+        first = next((r for r in ROLES if r in files), None)
+        if first is None:
+            raise UsageError("no textures in material", key="inputs")
+        w, h = image_size(files[first], key=first)
+        params = PRESETS.resolve(params, device_class=device_class, size=h * w)
+        if params["latents"] == "bc":
+            params = dict(params, latent_bits=4)
+        return sample_layout(params)
+
     def run(self, ctx, inputs, params) -> StageResult:
         (inp,) = inputs
         material = load_material(dict(inp.files))
         h, w, c = material.image.shape
-        dclass = device_class(ctx.device)
-        given, params = params, PRESETS.resolve(params, device_class=dclass, size=h * w)
-        if params["latents"] == "bc":  # BC4 holds 4-bit codes whatever the preset says
-            params = dict(params, latent_bits=4)
-        params = sample_layout(params)
         steps, batch, refresh, hidden = params["steps"], params["batch"], params["bc_refresh"], params["hidden"]
         rate_kw = dict(hidden=hidden, layers=params["layers"], pe_octaves=params["pe_octaves"],
                        bits=params["latent_bits"], mips=params["mips"],
@@ -279,7 +289,7 @@ class NeuralTextureCompression(Stage):
                           "requested_bpp": params["bpp"] if params["target_psnr"] <= 0 else None,
                           "texels": w * h, "tried": tried},
                  "mip_psnr_db": mip_psnr,   # per colour mip, set PSNR (mean MSE) against the box-filtered chain
-                 "training": {"device_class": dclass, "quality": params["quality"], "steps": steps, "batch": batch,
+                 "training": {"device_class": params.device_class, "quality": params["quality"], "steps": steps, "batch": batch,
                               "hidden": hidden,
                               "bc_refresh": refresh if grid.mode == "bc" else None,
                               "noise_steps": obj.noise_steps, "latents_frozen_from_step": (
@@ -294,8 +304,7 @@ class NeuralTextureCompression(Stage):
             self._transcode(out, [material.split(np.clip(im, 0, 1)) for im in mip_images])
         ctx.log.info("%s: %dx%d, %d channels, %.2f bpp, mean PSNR %.2f dB", inp.name, w, h, c, point.bpp,
                      metrics["mean_psnr_db"])
-        return StageResult(metrics=metrics, manifest={
-            "ntc": extra, "resolved_params": resolved_record(given, params, device_class=dclass)})
+        return StageResult(metrics=metrics, manifest={"ntc": extra})
 
     @staticmethod
     def _search_rate(points, target, train, tried, ctx):
