@@ -95,14 +95,15 @@ def part(name: str, result: float, baseline: float, margin_db: float) -> dict:
             "margin_db": _round(margin_db)}
 
 
-def budget_reason(presets, device_class: str, params: Mapping[str, Any], given: Mapping[str, Any], *,
-                  key: str = "steps", unit: str = "steps") -> str:
+def budget_reason(presets, settings, *, key: str = "steps", unit: str = "steps") -> str:
     """Why a loss may be the budget's: ``CPU budget: 300 steps (quality = production);
     quality = "final" runs 1000, a GPU 6000``, or that ``key`` was set by hand. Empty where
-    the budget is already the largest."""
+    the budget is already the largest. ``settings``: the task's resolved
+    :class:`~bakery.stages.params.Settings` (values, ``given``, ``device_class``)."""
     from bakery.stages.params import AUTO
 
-    if given.get(key, AUTO) != AUTO:
+    params, device_class = settings, settings.device_class
+    if settings.given.get(key, AUTO) != AUTO:
         return f"{key} = {params[key]} set in params; more {unit} may win"
     quality = params.get("quality", "production")
     table = presets.table

@@ -26,6 +26,8 @@ class TaskOutcome:
     key: str | None = None
     out_dir: str | None = None
     log: str | None = None
+    params: dict[str, Any] | None = None  # the values the stage runs with (``auto`` resolved)
+    auto: list[str] = field(default_factory=list)  # which of them were ``auto``
     stage_type: str | None = None
     in_this_bake: bool = True  # False: a task outside an --only/--asset/--changed bake, listed as out/ holds it
     verdict: dict[str, Any] | None = None  # bakery.verdict.Verdict.to_dict(): the result against its baseline

@@ -25,8 +25,8 @@ from bakery.stages.fit.objective import ShaderFit
 from bakery.stages.fit.plot import convergence_png
 from bakery.stages.fit.signature import check_bindings, compile_error, reflect
 from bakery.stages.fit.spec import FitSpec, SpecError, load_spec
+from bakery.stages.params import AUTO, QUALITY, Presets
 from bakery.verdict import budget_reason, error_verdict
-from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_record
 
 #: The difference image shows |render - reference| times this, so small errors are visible.
 DIFFERENCE_GAIN = 4.0
@@ -87,6 +87,7 @@ class Fit(Stage):
     version = "1"
     description = "recover the inputs of a differentiable Slang shader from a reference image"
     input_roles = ("fit",)
+    presets = PRESETS
     baseline = "its start (the spec's initial values)"
     metric_docs = {
         "final_loss": ("final loss", "the spec's loss (l2: mean squared error) of the render after the last step"),
@@ -100,16 +101,20 @@ class Fit(Stage):
               min=1, max=10_000_000),
     )
 
+    @classmethod
+    def resolve_auto(cls, params, *, device_class, files) -> dict:
+        """``auto`` steps: the spec's own ``[fit] steps`` where it sets them, else the preset."""
+        if params["steps"] == AUTO:
+            spec = load_spec(files["fit"])
+            if spec.steps_given:  # the spec's explicit value wins over the preset
+                params = dict(params, steps=spec.steps)
+        return PRESETS.resolve(params, device_class=device_class)
+
     def run(self, ctx, inputs, params) -> StageResult:
         (inp,) = inputs
         spec = load_spec(inp.files["fit"])
         device = ctx.device
-        dclass = device_class(device)
-        given = params
-        steps_from = "param" if params["steps"] != AUTO else "spec" if spec.steps_given else "preset"
-        if steps_from == "spec":  # the spec's explicit value wins over the preset
-            params = dict(params, steps=spec.steps)
-        params = PRESETS.resolve(params, device_class=dclass)
+        steps_from = "param" if "steps" not in params.auto else "spec" if spec.steps_given else "preset"
         spec.steps = params["steps"]
         reference, images, inits, size = load_inputs(spec)
         sig = reflect(device, spec)
@@ -139,12 +144,11 @@ class Fit(Stage):
                      size[0], size[1], config.steps, spec.loss, final_loss, score)
         manifest = self._write(ctx, spec, sig, objective, render, reference, losses, config)
         manifest["fit"]["steps_from"] = steps_from
-        manifest["resolved_params"] = resolved_record(given, params, device_class=dclass)
         start_loss = float(losses[0]) if len(losses) else final_loss
+        budget = (f"steps = {spec.steps} from the spec's fit.steps; more steps may win" if steps_from == "spec"
+                  else budget_reason(PRESETS, params))
         verdict = error_verdict("its start (the spec's initial values)", final_loss, start_loss,
-                                metric=f"{spec.loss} loss", power=spec.loss == "l2",
-                                reason=budget_reason(PRESETS, dclass, params, {"steps": AUTO} if steps_from == "preset"
-                                                     else {"steps": params["steps"]}))
+                                metric=f"{spec.loss} loss", power=spec.loss == "l2", reason=budget)
         return StageResult(metrics={"final_loss": final_loss, "start_loss": start_loss,
                                     "render_psnr_db": round(score, 4)}, manifest=manifest, verdict=verdict)
 

@@ -16,12 +16,12 @@ from bakery.nn.optimizers import Adam
 from bakery.nn.trainer import TrainConfig, Trainer
 from bakery.stages import Param, Stage, StageResult, register
 from bakery.stages.base import StepProgress
-from bakery.verdict import budget_reason, error_verdict, margin_of_error, part
-from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_record
+from bakery.stages.params import AUTO, QUALITY, Presets
 from bakery.stages.mipmap.chain import MipChain
 from bakery.stages.mipmap.material import load_mip_material
 from bakery.stages.mipmap.objective import STARTS, MipFit
 from bakery.stages.mipmap.outputs import flip_error, write_chains, write_previews
+from bakery.verdict import budget_reason, error_verdict, margin_of_error, part
 
 #: What ``auto`` means: at ``production`` a CPU device (lavapipe, 2 cores) finishes a 256^2
 #: map in well under a minute; a GPU trains to production quality (bench/mipmap.py).
@@ -44,14 +44,15 @@ class Mipmap(Stage):
     version = "1"
     description = "train normal/roughness mip chains that shade like the full-resolution map"
     input_roles = ("normal", "roughness", "albedo", "metalness")
+    presets = PRESETS
     baseline = "the better of box and Toksvig mips"
     metric_docs = {
-        "trained_rmse_1_4": ("RMSE trained, levels 1–4", "RMSE of the rendered trained mips against the "
+        "trained_rmse_1_4": ("RMSE trained, levels 1\u20134", "RMSE of the rendered trained mips against the "
                              "area-averaged full-resolution render, held-out light/view pairs"),
-        "box_rmse_1_4": ("RMSE box, levels 1–4", "the same for a 2x2 box-filtered chain"),
-        "toksvig_rmse_1_4": ("RMSE Toksvig, levels 1–4", "the same for box normals with Toksvig-widened roughness"),
-        "vmf_rmse_1_4": ("RMSE vMF, levels 1–4", "the same for von Mises-Fisher (vMF) filtered roughness"),
-        "reduction_vs_toksvig_1_4": ("RMSE vs Toksvig, levels 1–4",
+        "box_rmse_1_4": ("RMSE box, levels 1\u20134", "the same for a 2x2 box-filtered chain"),
+        "toksvig_rmse_1_4": ("RMSE Toksvig, levels 1\u20134", "the same for box normals with Toksvig-widened roughness"),
+        "vmf_rmse_1_4": ("RMSE vMF, levels 1\u20134", "the same for von Mises-Fisher (vMF) filtered roughness"),
+        "reduction_vs_toksvig_1_4": ("RMSE vs Toksvig, levels 1\u20134",
                                      "1 - trained RMSE / Toksvig RMSE: the fraction of Toksvig's error removed"),
         "margin_db": ("vs box/Toksvig (dB)", "20 log10 of the better baseline's RMSE over the trained one"),
     }
@@ -84,8 +85,6 @@ class Mipmap(Stage):
                          params["roughness"])
         chain = MipChain.for_size(width, height, params["levels"])
         device = ctx.device
-        dclass = device_class(device)
-        given, params = params, PRESETS.resolve(params, device_class=dclass)
         settings = {k: params[k] for k in SETTINGS}
         fit = MipFit(device, material, chain, pairs=settings["pairs"], light=params["light"], lr=params["lr"],
                      roughness_lr=params["roughness_lr"],
@@ -117,7 +116,7 @@ class Mipmap(Stage):
         ctx.log.info("%s: %dx%d, levels 1-%d, %d steps x %d pairs; RMSE 1-4 trained %.4f box %.4f toksvig %.4f",
                      inp.name, width, height, chain.deepest, settings["steps"], settings["pairs"],
                      summary["trained_rmse_1_4"], summary["box_rmse_1_4"], summary["toksvig_rmse_1_4"])
-        verdict = _against_filters(summary, levels, budget_reason(PRESETS, dclass, params, given))
+        verdict = _against_filters(summary, levels, budget_reason(PRESETS, params))
         return StageResult(
             metrics={"levels": levels, **summary}, verdict=verdict,
             manifest={"mipmap": {
@@ -126,8 +125,7 @@ class Mipmap(Stage):
                 "render": {"light": params["light"], "tonemap": "reinhard x/(1+x)",
                            "space": "linear, tangent frame z up",
                            "held_out": "seed 0x4E1D0, hash streams 2/3 (training draws streams 0/1)"},
-                "size_policy": "powers of two on both sides, smaller side >= 8; no padding or cropping"},
-                "resolved_params": resolved_record(given, params, device_class=dclass)})
+                "size_policy": "powers of two on both sides, smaller side >= 8; no padding or cropping"}})
 
     @classmethod
     def report_section(cls, view) -> str:
@@ -143,11 +141,7 @@ def _against_filters(summary: dict, levels: list[dict], budget: str):
         parts.append(part(f"level {row['level']} ({row['width']}x{row['height']}) RMSE", row["trained_rmse"], theirs,
                           margin_of_error(row["trained_rmse"], theirs)))
     return error_verdict(f"{'box' if best == 'box' else 'Toksvig'} mips", summary["trained_rmse_1_4"],
-                         summary[f"{best}_rmse_1_4"], metric="RMSE, levels 1–4", reason=budget, parts=parts)
-
-
-def _psnr(mse: float) -> float:
-    return float("inf") if mse <= 0 else float(10.0 * np.log10(1.0 / mse))
+                         summary[f"{best}_rmse_1_4"], metric="RMSE, levels 1\u20134", reason=budget, parts=parts)
 
 
 def _report_section(view) -> str:
@@ -155,13 +149,13 @@ def _report_section(view) -> str:
     from bakery import reporting
 
     levels = (view.manifest.get("metrics") or {}).get("levels") or []
-    extra = [view_levels(levels)] if levels else []
+    extra = [_levels_plot(levels)] if levels else []
     extra += [reporting.picture(view, name, f"level {name[len('preview_level'):-4]}: reference | trained | box")
               for name in sorted(view.files()) if name.startswith("preview_level") and name.endswith(".png")]
     return reporting.section(view, extra=extra)
 
 
-def view_levels(levels: list[dict]) -> str:
+def _levels_plot(levels: list[dict]) -> str:
     from bakery.reporting import figure_axes, plot
 
     fig, ax = figure_axes()
@@ -176,3 +170,6 @@ def view_levels(levels: list[dict]) -> str:
     ax.legend(fontsize="small")
     return plot(fig, "RMSE per level")
 
+
+def _psnr(mse: float) -> float:
+    return float("inf") if mse <= 0 else float(10.0 * np.log10(1.0 / mse))

@@ -26,8 +26,8 @@ from bakery.stages.neural_material.material import mip_chain, material_params
 from bakery.stages.neural_material.objective import (DIRECTIONS, LOSSES, NORMAL_EPS, OUTPUT_GAIN,
                                                      MaterialDistillation, held_out_directions, make_stack)
 from bakery.stages.neural_material.shader import generate_material_eval
+from bakery.stages.params import AUTO, QUALITY, Presets
 from bakery.verdict import budget_reason, psnr_verdict
-from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_record
 from bakery.materials import ROLES
 
 #: What ``auto`` means. CPU (lavapipe, 2 shared cores, bricks 256^2, warm caches): training
@@ -91,6 +91,8 @@ class NeuralMaterial(Stage):
     type_name = "neural_material"
     version = "2"
     description = "distil a layered material (GGX + clear coat + sheen) into latent textures + a decoder MLP"
+    input_roles = tuple(ROLES)
+    presets = PRESETS
     baseline = "the uniform material (mean parameters, same teacher)"
     metric_docs = {
         "psnr_db": ("PSNR (dB)", "student against the layered teacher on a lit plane, held-out directions, pooled MSE"),
@@ -100,7 +102,6 @@ class NeuralMaterial(Stage):
                             "against the textured teacher"),
         "margin_db": ("vs uniform material (dB)", "PSNR minus the uniform material's: what the texture adds"),
     }
-    input_roles = tuple(ROLES)
     params = (
         Param("latents", int, 8, "latent channels (4 per texture-array layer)", choices=(4, 8, 12, 16)),
         QUALITY,
@@ -144,8 +145,7 @@ class NeuralMaterial(Stage):
                                 params["coat_quadrature"])
         base = material_params(dict(inp.files), roughness=params["roughness"], metalness=params["metalness"])
         h, w, _ = base.shape
-        dclass = device_class(ctx.device)
-        given, params = params, PRESETS.resolve(params, device_class=dclass)
+        dclass = params.device_class
         steps, batch = params["steps"], params["batch"]
         n = params["latents"]
         directions_mode = params["directions"]
@@ -231,7 +231,7 @@ class NeuralMaterial(Stage):
         if metrics["speedup"] is None:
             del metrics["speedup"]  # measured on a hardware device only
         verdict = psnr_verdict("the uniform material (mean parameters, same teacher)", quality_psnr, uniform_psnr,
-                               reason=budget_reason(PRESETS, dclass, params, given))
+                               reason=budget_reason(PRESETS, params))
         extra = {"material": {"roles": sorted(inp.files), "width": w, "height": h},
                  "layers": layers.to_dict(),
                  "latents": {"channels": n, "format": params["latent_format"], "texture_format": fmt,
@@ -255,7 +255,7 @@ class NeuralMaterial(Stage):
         ctx.log.info("%s: %dx%d, %d latents, PSNR %.2f dB (uniform material %.2f), FLIP %.4f, speedup %s", inp.name,
                      w, h, n, quality_psnr, uniform_psnr, quality_flip, metrics.get("speedup"))
         return StageResult(metrics=metrics, verdict=verdict, manifest={
-            "neural_material": extra, "resolved_params": resolved_record(given, params, device_class=dclass)})
+            "neural_material": extra})
 
     @classmethod
     def report_section(cls, view) -> str:
@@ -264,7 +264,7 @@ class NeuralMaterial(Stage):
 
 def _report_section(view) -> str:
     """Teacher | student | difference per held-out direction, the uniform material the same
-    way, and the student's PSNR per direction against the uniform material's."""
+    way, and the student's PSNR against the uniform material's."""
     from bakery import reporting
 
     names = sorted(n for n in view.files() if n.startswith("preview_") and n.endswith(".png"))

@@ -19,14 +19,14 @@ from bakery.baselines.resample import downsample_area
 from bakery.errors import UsageError
 from bakery.formats.images import encode_png, load_image, psnr
 from bakery.stages import Param, Stage, StageResult, register
-from bakery.verdict import budget_reason, psnr_verdict
-from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_record
+from bakery.stages.params import AUTO, QUALITY, Presets
 from bakery.stages.procedural import codegen, texture_stats
 from bakery.stages.procedural.dsl import complexity, instructions, param_count, program_document
 from bakery.stages.procedural.fit import FitConfig
 from bakery.stages.procedural.proposers import make_proposers
 from bakery.stages.procedural.render import render_shader
 from bakery.stages.procedural.search import Search, SearchConfig
+from bakery.verdict import budget_reason, psnr_verdict
 
 MIN_SIZE = 32
 
@@ -59,6 +59,7 @@ class Procedural(Stage):
     version = "1"
     description = "find a compact procedural shader program that draws the texture"
     input_roles = ("image",)
+    presets = PRESETS
     baseline = "BC7 of the image at equal bytes"
     metric_docs = {
         "psnr_db": ("PSNR (dB)", "PSNR of the program's render against the source image"),
@@ -101,8 +102,6 @@ class Procedural(Stage):
                              where=str(path), key="image")
         builtin, command = make_proposers(params["proposer"], ctx.log)
         device = ctx.device
-        dclass = device_class(device)
-        given, params = params, PRESETS.resolve(params, device_class=dclass)
         used = {k: params[k] for k in BUDGET}
         rgb = image[:, :, :3]
         scale = min(1.0, used["fit_size"] / max(h, w))
@@ -147,7 +146,7 @@ class Procedural(Stage):
 
         bc7 = same_bytes_image(rgb, program_bytes)
         verdict = psnr_verdict(f"BC7 at equal bytes ({bc7['width']}x{bc7['height']}, {bc7['bytes']} B)", score,
-                               bc7["psnr"], reason=budget_reason(PRESETS, dclass, params, given, key="generations",
+                               bc7["psnr"], reason=budget_reason(PRESETS, params, key="generations",
                                                                  unit="search generations"))
         metrics = {"psnr_db": round(score, 4), "bc7_psnr_db": round(bc7["psnr"], 4), "complexity": complexity(program),
                    "instructions": instructions(program), "texture_loss": round(tex, 8),
@@ -156,7 +155,7 @@ class Procedural(Stage):
             "source": {"width": w, "height": h, "channels": c, "alpha_ignored": c == 4},
             "search": {**used, "fit_width": fw, "fit_height": fh, "structures_fitted": len(search.evaluated),
                        "from_command": sum(1 for c in search.evaluated.values() if c.origin == "cmd")},
-            "sizes": sizes, "resolved_params": resolved_record(given, params, device_class=dclass)})
+            "sizes": sizes})
 
     @classmethod
     def report_section(cls, view) -> str:
