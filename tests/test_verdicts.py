@@ -50,10 +50,12 @@ def test_margins_are_db_everywhere():
 def test_a_budget_loss_names_what_would_win():
     from bakery.stages.ntc.stage import PRESETS
 
-    auto = budget_reason(PRESETS, "cpu", {"steps": 300, "quality": "production"}, {"steps": "auto"})
+    from bakery.stages.params import Settings
+
+    auto = budget_reason(PRESETS, Settings({"steps": 300, "quality": "production"}, {"steps": "auto"}, "cpu"))
     assert auto == 'CPU budget: 300 steps (quality = production); quality = "final" runs 1000, a GPU 6000'
-    assert "set in params" in budget_reason(PRESETS, "cpu", {"steps": 9, "quality": "final"}, {"steps": 9})
-    assert budget_reason(PRESETS, "gpu", {"steps": 20000, "quality": "final"}, {"steps": "auto"}) == ""
+    assert "set in params" in budget_reason(PRESETS, Settings({"steps": 9, "quality": "final"}, {"steps": 9}, "cpu"))
+    assert budget_reason(PRESETS, Settings({"steps": 20000, "quality": "final"}, {"steps": "auto"}, "gpu")) == ""
 
 
 # -- the stages --------------------------------------------------------------------------
