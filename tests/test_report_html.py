@@ -152,7 +152,7 @@ params = { steps = 32, batch = 1024, width = 16, layers = 1, octaves = 3 }
     dom = run.stdout
     assert "id=\"task-texture-photos-a\"" in dom and dom.count("<img") >= 4  # 3 images and the curve
     assert [line for line in run.stderr.splitlines() if ":CONSOLE" in line] == []  # no script errors, no warnings
-    assert "data-full=\"../src/a.png\"" in dom  # a click opens the source file full size
+    assert "data-full=\"texture/photos/a/preview.png\"" in dom  # a click opens the file full size
     from report_check import assert_section
 
     assert_section(project / "out" / "texture" / "photos" / "a", {"image": project / "src" / "a.png"}, images=3)
