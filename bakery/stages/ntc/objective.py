@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from bakery.imaging import box_down, mip_count, mip_size
 from bakery.materials import renormalize_normals
 from bakery.nn.parameters import PlainParameters, make_buffer
 from bakery.nn.texel_objective import TexelObjective
@@ -24,14 +25,6 @@ LATENT_BITS = (1, 2, 4, 8)   # code widths that tile a 32-bit word exactly
 LATENT_MODES = ("packed", "bc")
 LOD_INPUT_SCALE = 0.25       # the decoder's last input is LOD * this
 LATENT_SCATTER = ("thread", "staged", "none", "shuffle")  # BK_NTC_SCATTER 0, 1, 2, 3 in ntc_fit.slang
-
-
-def mip_size(size: int, level: int) -> int:
-    return max(1, size >> level)
-
-
-def mip_count(width: int, height: int) -> int:
-    return max(width, height).bit_length()
 
 
 @dataclass(frozen=True)
@@ -125,20 +118,11 @@ def texel_position_encoding(px: np.ndarray, py: np.ndarray, octaves: int) -> np.
     return np.stack(cols, -1) if cols else np.zeros((len(px), 0))
 
 
-def downsample_box(image: np.ndarray) -> np.ndarray:
-    """Next mip level: 2x2 box filter (an odd edge texel is averaged with itself)."""
-    h, w = image.shape[:2]
-    nh, nw = max(1, h // 2), max(1, w // 2)
-    ys = [np.minimum(2 * np.arange(nh) + d, h - 1) for d in (0, 1)]
-    xs = [np.minimum(2 * np.arange(nw) + d, w - 1) for d in (0, 1)]
-    return sum(image[y][:, x] for y in ys for x in xs) * 0.25
-
-
 def color_pyramid(image: np.ndarray, count: int, normal_channel: int) -> list[np.ndarray]:
     """Reference mip chain: box filter, normals renormalised on every level."""
     levels = [image.astype(np.float32)]
     for _ in range(count - 1):
-        levels.append(renormalize_normals(downsample_box(levels[-1]), normal_channel).astype(np.float32))
+        levels.append(renormalize_normals(box_down(levels[-1]), normal_channel).astype(np.float32))
     return levels
 
 

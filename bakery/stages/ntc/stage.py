@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from bakery.errors import UsageError
-from bakery.formats.images import mean_psnr, psnr, set_psnr
+from bakery.imaging import mean_psnr, psnr, set_psnr
 from bakery.materials import ROLES, SRGB_ROLES, load_material, renormalize_normals
 from bakery.nn.optimizers import Adam
 from bakery.nn.trainer import TrainConfig, Trainer
@@ -130,6 +130,8 @@ class NeuralTextureCompression(Stage):
     def run(self, ctx, inputs, params) -> StageResult:
         (inp,) = inputs
         material = load_material(dict(inp.files))
+        if material.renormalised:
+            ctx.log.info("%s: %d normal texel(s) off unit length, renormalised", inp.name, material.renormalised)
         h, w, c = material.image.shape
         dclass = device_class(ctx.device)
         given, params = params, PRESETS.resolve(params, device_class=dclass, size=h * w)
