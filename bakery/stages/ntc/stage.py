@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from bakery.errors import UsageError
-from bakery.formats.images import image_size, set_psnr
+from bakery.formats.images import image_size
+from bakery.imaging import set_psnr
 from bakery.materials import ROLES, load_material
 from bakery.stages import Param, Stage, StageResult, register
 from bakery.stages.ntc import bc4, packing
@@ -146,6 +147,8 @@ class NeuralTextureCompression(Stage):
     def run(self, ctx, inputs, params) -> StageResult:
         (inp,) = inputs
         material = load_material(dict(inp.files))
+        if material.renormalised:
+            ctx.log.info("%s: %d normal texel(s) off unit length, renormalised", inp.name, material.renormalised)
         h, w, c = material.image.shape
         rate_kw = dict(hidden=params["hidden"], layers=params["layers"], pe_octaves=params["pe_octaves"],
                        bits=params["latent_bits"], mips=params["mips"], mode=params["latents"],
