@@ -18,14 +18,13 @@ from bakery.formats.images import image_size, mean_psnr, psnr, set_psnr
 from bakery.materials import ROLES, SRGB_ROLES, load_material, renormalize_normals
 from bakery.nn.optimizers import Adam
 from bakery.nn.trainer import TrainConfig, Trainer
-from bakery.stages import Param, Stage, StageResult, register
-from bakery.stages.base import StepProgress
+from bakery.stages.base import Stage, StageResult, StepProgress, register
 from bakery.stages.ntc import bc4, packing
 from bakery.stages.ntc.objective import LATENT_BITS, LATENT_MODES, LatentTextureFit
 from bakery.stages.ntc.rate import choose, ladder
 from bakery.stages.ntc.shader import LANGUAGES, generate_ntc_decoder
 from bakery.stages.ntc.weighting import MarginSteering, bcn_weights
-from bakery.stages.params import AUTO, QUALITY, Presets
+from bakery.stages.params import AUTO, QUALITY, Param, Presets
 
 #: What ``auto`` means. At ``production`` the CPU (lavapipe) row keeps a 256^2 set under a
 #: minute (32 s warm, 42 s with cold Slang and Mesa caches, on a shared 2-core machine), the
