@@ -163,7 +163,8 @@ def image_pairs(bundle: Path, manifest: dict, inputs: Mapping[str, Path]) -> lis
 
 def image_rows(view: BundleView, pairs: list[tuple[str, Path, Path]] | None = None) -> list[str]:
     """Reference, decoded and |difference| x DIFFERENCE_GAIN (with its PSNR) per pair."""
-    from bakery.formats.images import load_image, psnr
+    from bakery.formats.images import load_image
+    from bakery.imaging import psnr
 
     rows = []
     for label, ref_path, dec_path in (image_pairs(view.bundle, view.manifest, view.inputs) if pairs is None else pairs):
@@ -200,7 +201,7 @@ def figure(image: np.ndarray, caption: str, *, full: str | None = None) -> str:
 def _jpeg_uri(image: np.ndarray, side: int) -> str:
     from PIL import Image
 
-    from bakery.formats.images import to_uint8
+    from bakery.imaging import to_uint8
 
     a = to_uint8(np.clip(image, 0.0, 1.0))
     if a.ndim == 3 and a.shape[2] == 2:  # two-channel (normal xy): show as RG

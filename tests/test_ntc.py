@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from bakery.cli import main
-from bakery.formats.images import encode_png, load_image, psnr
+from bakery.formats.images import encode_png, load_image
+from bakery.imaging import psnr
 from bakery.formats.reader import read_bundle
 from bakery.stages.ntc import packing
 from bakery.stages.ntc.decode import decode_image, latent_values

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from bakery.imaging import psnr_from_mse
 from bakery.nn.optimizers import Adam
 from bakery.nn.trainer import TrainConfig, Trainer
-from bakery.stages import Param, Stage, StageResult, register
-from bakery.stages.base import StepProgress
-from bakery.stages.params import AUTO, QUALITY, Presets
+from bakery.stages.base import Stage, StageResult, StepProgress, register
+from bakery.stages.params import AUTO, QUALITY, Param, Presets
 from bakery.stages.mipmap.chain import MipChain
 from bakery.stages.mipmap.material import load_mip_material
 from bakery.stages.mipmap.objective import STARTS, MipFit
@@ -80,6 +80,8 @@ class Mipmap(Stage):
         (inp,) = inputs
         material = load_mip_material(dict(inp.files), roughness=params["roughness"], albedo=params["albedo"])
         width, height = material.size
+        if material.renormalised:
+            ctx.log.info("%s: %d normal texel(s) off unit length, renormalised", inp.name, material.renormalised)
         if not material.roughness_given:
             ctx.log.info("%s: no roughness map; constant roughness %.3g (param roughness)", inp.name,
                          params["roughness"])
@@ -103,7 +105,7 @@ class Mipmap(Stage):
             row = {"level": level, "width": chain.shape(level)[1], "height": chain.shape(level)[0]}
             for name in chains:
                 row[f"{name}_rmse"] = round(float(np.sqrt(mse[name][i])), 6)
-                row[f"{name}_psnr_db"] = round(_psnr(mse[name][i]), 3)
+                row[f"{name}_psnr_db"] = round(psnr_from_mse(mse[name][i]), 3)
             for name in ("trained", "box"):
                 row[f"{name}_flip"] = round(flip_error(reference[i], renders[name][i]), 5)
             levels.append(row)
@@ -169,7 +171,3 @@ def _levels_plot(levels: list[dict]) -> str:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small")
     return plot(fig, "RMSE per level")
-
-
-def _psnr(mse: float) -> float:
-    return float("inf") if mse <= 0 else float(10.0 * np.log10(1.0 / mse))

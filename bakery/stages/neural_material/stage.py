@@ -19,14 +19,14 @@ from bakery.nn.optimizers import SCHEDULES, Adam
 from bakery.nn.trainer import TrainConfig, Trainer
 from bakery.progress import TrainingProgress
 from bakery.shading.layered import QUADRATURES, LayerConstants
-from bakery.stages import Param, Stage, StageResult, register
 from bakery.stages.neural_material.evaluate import FLIP_CROP, flip_mean, preview, psnr_pooled
 from bakery.stages.neural_material.finetune import LatentFinetune, finetune_latents
 from bakery.stages.neural_material.material import mip_chain, material_params
 from bakery.stages.neural_material.objective import (DIRECTIONS, LOSSES, NORMAL_EPS, OUTPUT_GAIN,
                                                      MaterialDistillation, held_out_directions, make_stack)
 from bakery.stages.neural_material.shader import generate_material_eval
-from bakery.stages.params import AUTO, QUALITY, Presets
+from bakery.stages.base import Stage, StageResult, register
+from bakery.stages.params import AUTO, QUALITY, Param, Presets
 from bakery.verdict import budget_reason, psnr_verdict
 from bakery.materials import ROLES
 
@@ -143,7 +143,10 @@ class NeuralMaterial(Stage):
         layers = LayerConstants(params["coat_weight"], params["coat_roughness"], params["coat_ior"],
                                 params["sheen_weight"], parse_color(params["sheen_color"]), params["sheen_roughness"],
                                 params["coat_quadrature"])
-        base = material_params(dict(inp.files), roughness=params["roughness"], metalness=params["metalness"])
+        base, renormalised = material_params(dict(inp.files), roughness=params["roughness"],
+                                             metalness=params["metalness"])
+        if renormalised:
+            ctx.log.info("%s: %d normal texel(s) off unit length, renormalised", inp.name, renormalised)
         h, w, _ = base.shape
         dclass = params.device_class
         steps, batch = params["steps"], params["batch"]

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from bakery.formats.images import image_size, load_image, psnr
+from bakery.formats.images import image_size, load_image
+from bakery.imaging import psnr
 from bakery.formats.onnx_export import OPSET, OPSETS
 from bakery.nn.activations import ACTIVATIONS
 from bakery.nn.encodings import FrequencyEncoding
@@ -19,8 +20,8 @@ from bakery.nn.optimizers import SCHEDULES, Adam
 from bakery.stages.neural_texture.objective import LOSSES, TextureFit
 from bakery.nn.trainer import TrainConfig, Trainer
 from bakery.progress import TrainingProgress
-from bakery.stages import Param, Stage, StageResult, register
-from bakery.stages.params import AUTO, QUALITY, Presets
+from bakery.stages.base import Stage, StageResult, register
+from bakery.stages.params import AUTO, QUALITY, Param, Presets
 from bakery.verdict import budget_reason, psnr_verdict
 
 #: Convergence-curve points per run (each decodes the whole image once).

@@ -14,16 +14,17 @@ from __future__ import annotations
 import numpy as np
 
 from bakery.errors import UsageError
-from bakery.formats.images import image_size, set_psnr
+from bakery.formats.images import image_size
+from bakery.imaging import set_psnr
 from bakery.materials import ROLES, load_material
-from bakery.stages import Param, Stage, StageResult, register
+from bakery.stages.base import Stage, StageResult, register
 from bakery.stages.ntc import bc4, packing
 from bakery.stages.ntc.manifest import ntc_section
 from bakery.stages.ntc.rate import choose, ladder
 from bakery.stages.ntc.shader import LANGUAGES, generate_ntc_decoder
 from bakery.stages.ntc.texture_set import LATENT_BITS, LATENT_MODES
 from bakery.stages.ntc.training import SetTraining
-from bakery.stages.params import AUTO, QUALITY, Presets
+from bakery.stages.params import AUTO, QUALITY, Param, Presets
 from bakery.verdict import budget_reason, margin_of_psnr, part, psnr_verdict
 
 #: What ``auto`` means. At ``production`` the CPU (lavapipe) row keeps a 256^2 set under a
@@ -155,6 +156,8 @@ class NeuralTextureCompression(Stage):
     def run(self, ctx, inputs, params) -> StageResult:
         (inp,) = inputs
         material = load_material(dict(inp.files))
+        if material.renormalised:
+            ctx.log.info("%s: %d normal texel(s) off unit length, renormalised", inp.name, material.renormalised)
         h, w, c = material.image.shape
         rate_kw = dict(hidden=params["hidden"], layers=params["layers"], pe_octaves=params["pe_octaves"],
                        bits=params["latent_bits"], mips=params["mips"], mode=params["latents"],

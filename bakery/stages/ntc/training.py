@@ -13,11 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bakery.formats.images import mean_psnr, psnr
+from bakery.imaging import mean_psnr, psnr, set_psnr
 from bakery.materials import renormalize_normals
 from bakery.nn.optimizers import Adam
 from bakery.nn.trainer import TrainConfig, Trainer
-from bakery.formats.images import set_psnr
 from bakery.progress import TrainingProgress
 from bakery.stages.ntc import bc4, packing
 from bakery.stages.ntc.objective import LatentTextureFit
