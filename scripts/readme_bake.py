@@ -53,7 +53,7 @@ def screenshot(page: Path, shot: Path, profile: Path) -> None:
                    check=True, capture_output=True, timeout=180)
 
 
-def block(seconds: float, table: str, report: dict) -> str:
+def block(seconds: float, table: str, report: dict, load: float) -> str:
     dev = report.get("device") or {}
     cores = os.cpu_count()
     where = f"{dev.get('adapter', 'no device')}{' (software)' if dev.get('software') else ''}"
@@ -63,7 +63,8 @@ def block(seconds: float, table: str, report: dict) -> str:
         BEGIN,
         f"Measured by `python3 scripts/readme_bake.py`: the default bake, every task built "
         f"({t['built']} built, {t['failed']} failed), took **{m} min {s:02d} s** on {cores} cores "
-        f"({platform.machine()}, {where}; warm Slang and Mesa shader caches). Its console summary:",
+        f"({platform.machine()}, {where}; warm Slang and Mesa shader caches; load average {load:.1f} when it "
+        f"started, so other work shared the cores). Its console summary:",
         "", "```", table, "```", END])
 
 
@@ -73,8 +74,9 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bakery-readme-") as tmp:
         work = Path(tmp)
+        load = os.getloadavg()[0]
         seconds, table, report = bake(work)
-        text = block(seconds, table, report)
+        text = block(seconds, table, report, load)
         print(text)
         if args.check:
             return
