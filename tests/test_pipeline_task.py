@@ -57,8 +57,11 @@ def test_device_recorded_only_when_opened(tmp_path):
         def to_dict(self):
             return {"backend": "vulkan", "adapter": "fake", "cooperative_vector": False, "software": True}
 
+    from bakery.device import Toolchain
+
     class Dev:
         info, device_class = Info(), "fake-class"
+        toolchain = Toolchain("0", "0", "vulkan", "fake", "1.0", False)
 
     opened = []
 
@@ -68,7 +71,7 @@ def test_device_recorded_only_when_opened(tmp_path):
 
     m = run_task(DeviceStage, _inputs(tmp_path), {}, seed=0, device_provider=provider,
                  out_dir=tmp_path / "d", log=LOG)
-    assert m["device"]["adapter"] == "fake" and opened == [1]
+    assert m["device"]["adapter"] == "fake" and m["toolchain"]["driver"] == "1.0" and opened == [1]
     m = run_task(BlurStage, _inputs(tmp_path), {}, seed=0, device_provider=provider,
                  out_dir=tmp_path / "b", log=LOG)
-    assert m["device"] is None and opened == [1]
+    assert m["device"] is None and m["toolchain"] is None and opened == [1]

@@ -45,6 +45,11 @@ class DevicePool:
                 # The key was computed for another device: building would cache a lie.
                 raise DeviceError(f"opened {dev.device_class!r} but the bake was planned for "
                                   f"{spec.device_class!r}", key="--device")
+            if spec.toolchain and dev.toolchain.to_dict() != spec.toolchain:
+                from bakery.pipeline.cache import toolchain_change
+
+                raise DeviceError(f"the device's toolchain is not the one the bake was planned for "
+                                  f"({toolchain_change(spec.toolchain, dev.toolchain.to_dict())})", key="--device")
             return dev
         return open_for_task
 
