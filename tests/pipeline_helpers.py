@@ -154,6 +154,23 @@ class DeviceStage(Stage):
         return StageResult()
 
 
+@register
+class NoisyStage(Stage):
+    """Writes one file that depends only on its input and one that differs on every run
+    (as a stage summing floats in whatever order threads finish would): what
+    ``bake --verify-determinism`` must catch."""
+
+    type_name = "test_noisy"
+    version = "1"
+    uses_device = False
+
+    def run(self, ctx, inputs, params):
+        _count(self.type_name)
+        ctx.out.write_json("stable.json", {"asset": inputs[0].name})
+        ctx.out.write_bytes("noise.bin", os.urandom(16))
+        return StageResult()
+
+
 def write_image(path: Path, seed: int = 0, size: int = 16) -> Path:
     """A small random RGB PNG."""
     from bakery.formats.images import encode_png
