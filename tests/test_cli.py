@@ -51,8 +51,6 @@ def test_run_neural_texture_writes_a_bundle(device, image, tmp_path):
 
 
 def test_same_seed_same_bytes(device, image, tmp_path):
-    if device.coopvec:
-        pytest.skip("bit-exact repeatability is a portable-backend property")
     for name in ("a", "b"):
         assert _run("run", "neural_texture", image, "-o", tmp_path / name, "--seed", 9, *SMALL).exit_code == 0
     for f in ("weights.bin", "manifest.json", "preview.png", "decoder.onnx", "convergence.json", "decoder.comp"):

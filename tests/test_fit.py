@@ -132,8 +132,6 @@ def test_clamp_holds_after_every_step(device, examples):
 
 @pytest.mark.parametrize("optimizer", ["adam", "amsgrad", "adamw"])
 def test_same_inputs_same_bytes(device, examples, tmp_path, optimizer):
-    if device.coopvec:
-        pytest.skip("bit-exact repeatability is a portable-backend property")
     spec = _edit(examples / "rainbow.toml", 'optimizer = "adam"', f'optimizer = "{optimizer}"')
     a = _fit(device, spec, tmp_path / "a", steps=30)
     b = _fit(device, spec, tmp_path / "b", steps=30)

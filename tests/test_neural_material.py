@@ -311,8 +311,6 @@ void main(uint3 tid: SV_DispatchThreadID)
 
 
 def test_same_seed_gives_the_same_bytes(tmp_path, device):
-    if device.coopvec:
-        pytest.skip("bit-exact repeatability is a portable-backend property")
     mat = _material(tmp_path / "m", size=16)
     tiny = ["--param", "steps=20", "--param", "batch=256", "--param", "hidden=8", "--param", "encoder_hidden=8",
             "--param", "eval_directions=2", "--param", "finetune_steps=5", "--seed", 5]
