@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from bench.experiments.reduction import always
 from click.testing import CliRunner
 
 from bakery.cli import main
@@ -326,10 +328,8 @@ def test_generated_decoders_compile_with_glslang(bundle, tmp_path, lang):
 
 @pytest.mark.parametrize("weighting", ["uniform", "margin"])
 def test_deterministic_bytes(tmp_path, device, weighting):
-    """Same inputs, seed and device: the same latents and weights, byte for byte (margin
-    weighting's pauses steer by decodes that repeat exactly too)."""
-    if device.coopvec:
-        pytest.skip("bit-exact repeatability is a portable-backend property")
+    """Same inputs, seed and device: the same latents and weights, byte for byte, on either
+    backend (margin weighting's pauses steer by decodes that repeat exactly too)."""
     mat = _material(tmp_path / "m", 32)
     outs = []
     for k in range(2):
@@ -742,7 +742,7 @@ def test_one_forward_gives_the_latents_two_gave(coopvec_device, monkeypatch):
         pytest.skip("the device's default backward pass is not generated (no cooperative matrices)")
 
     def latents_after_a_step(single: bool) -> np.ndarray:
-        monkeypatch.setattr(parameters, "COOPVEC_REDUCTION", replace(base, single_forward=single))
+        monkeypatch.setattr(parameters, "default_reduction", always(replace(base, single_forward=single)))
         obj = LatentTextureFit(coopvec_device, image, point.grid, normal_channel=mat.normal_channel)
         tr = Trainer(coopvec_device, point.network, obj, TrainConfig(steps=1, batch=1000, optimizer=Adam(lr=5e-3),
                                                                      seed=4))
