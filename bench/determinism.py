@@ -4,12 +4,12 @@
 Copies pipeline.toml and assets/ into a work folder, then runs the README's bake with
 ``--verify-determinism`` (every task baked again in a fresh process and compared file by
 file with the first bake's cache entry: exit 1 names the first task and file that differ),
-and, with ``--ray``, the same bake again through ``--runner ray --force`` (a local Ray
+and, with ``--ray``, the same bake again through ``--runner ray --shared-cache --force`` (a local Ray
 cluster) whose outputs are compared file by file with the local bake's. Prints per stage
 the tasks, files and how many files agree, with the wall time of each bake; writes
 bench/out/determinism.json.
 
-    python3 bench/determinism.py [--ray] [--device auto]
+    python3 bench/determinism.py [--ray] [--device auto] [--only STAGE]
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="auto")
     p.add_argument("--ray", action="store_true", help="also bake through --runner ray and compare")
+    p.add_argument("--only", action="append", default=[], metavar="STAGE", help="bake only these stages")
     p.add_argument("--work", default=None, help="work folder (default: a temporary one)")
     p.add_argument("--out", default=str(ROOT / "bench" / "out" / "determinism.json"))
     a = p.parse_args()
@@ -76,7 +77,8 @@ def main() -> int:
     (folder / "pipeline.toml").write_text((ROOT / "pipeline.toml").read_text()
                                           .replace('device = "auto"', f'device = "{a.device}"'))
     result = {"benchmark": "determinism", "device_kind": a.device}
-    local = result["local"] = bake(folder, "--verify-determinism")
+    only = [x for stage in a.only for x in ("--only", stage)]
+    local = result["local"] = bake(folder, "--verify-determinism", *only)
     result["device"] = local["device"]
     first = snapshot(folder / "out")
     check = local["determinism"] or {}
@@ -85,7 +87,9 @@ def main() -> int:
           f"{check.get('difference') or 'none'}", flush=True)
     ray_files = None
     if a.ray:
-        result["ray"] = bake(folder, "--runner", "ray", "--force")
+        # workers read the sources where they lie (one machine): the shipped mode does not
+        # carry the files a fit spec names besides itself
+        result["ray"] = bake(folder, "--runner", "ray", "--shared-cache", "--force", *only)
         ray_files = snapshot(folder / "out")
         result["ray"]["differing_files"] = sorted(k for k in set(first) | set(ray_files)
                                                   if first.get(k) != ray_files.get(k))
@@ -95,11 +99,13 @@ def main() -> int:
     for name, s in stages.items():
         twice = ("differs: " + diff["task"] + " " + diff["file"]) if diff and diff["task"].startswith(name + "/") \
             else ("same" if check and not diff else "not reached" if diff else "not run")
-        ray = f"{s['same']}/{s['files']}" if ray_files is not None else "not run"
+        ray = ("bake failed" if result["ray"]["exit"] else f"{s['same']}/{s['files']}") if ray_files is not None \
+            else "not run"
         print(f"| {name} | {s['tasks']} | {s['files']} | {twice} | {ray} |")
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(result, indent=2))
-    same = local["exit"] == 0 and not diff and (ray_files is None or not result["ray"]["differing_files"])
+    same = local["exit"] == 0 and not diff and (ray_files is None or (result["ray"]["exit"] == 0
+                                                                        and not result["ray"]["differing_files"]))
     print(f"\nall bytes identical: {same}")
     return 0 if same else 1
 
