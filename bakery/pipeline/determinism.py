@@ -73,19 +73,14 @@ def _init(device_cache: str) -> None:
 
 def _bake_again(spec_dict: dict, cache_root: str) -> dict[str, list]:
     """In the verifying process: builds one task into a scratch folder, returns its sums."""
-    from bakery.pipeline.task import run_task
-    from bakery.pipeline.worker import import_plugins, stage_inputs
-    from bakery.stages import get_stage
+    from bakery.pipeline.worker import build_into
 
     spec = TaskSpec.from_dict(spec_dict)
-    import_plugins(spec)
-    cache = Cache(Path(cache_root))
+    bake = build_into(spec, Cache(Path(cache_root)), _devices, log=logging.getLogger("bakery.verify"))
     scratch = Path(tempfile.mkdtemp(prefix="bakery-verify-"))
     try:
         out = scratch / "bundle"
-        run_task(get_stage(spec.stage_type, where=spec.id), stage_inputs(spec, cache), spec.params, seed=spec.seed,
-                 device_provider=_devices.provider(spec), out_dir=out, log=logging.getLogger("bakery.verify"),
-                 where=spec.id)
+        bake(out)
         return tree_sums(out)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

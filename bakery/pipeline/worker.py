@@ -20,6 +20,7 @@ from bakery.pipeline.cache import Cache, sha256_file
 from bakery.pipeline.spec import TaskSpec
 from bakery.pipeline.task import run_task
 from bakery.stages.base import StageInput
+from bakery.stages.params import Settings
 
 
 class DevicePool:
@@ -92,6 +93,15 @@ def build(spec: TaskSpec, cache: Cache, devices: DevicePool, *, log: logging.Log
     Raises :class:`TaskError`/:class:`UsageError` (one line) when the stage fails, and
     :class:`DeviceError` when no device can be had (that ends the whole bake).
     """
+    return cache.put(spec.key, build_into(spec, cache, devices, log=log, progress=progress), replace=replace)
+
+
+def build_into(spec: TaskSpec, cache: Cache, devices: DevicePool, *, log: logging.Logger,
+               progress: Callable[..., Any] | None = None) -> Callable[[Path], dict]:
+    """``spec``'s stage, its inputs read (sources checked against their hashes, upstream
+    bundles from ``cache``), as a function that bakes the bundle into a folder and returns
+    its manifest: what a cache entry is filled with, and what --verify-determinism bakes
+    again (bakery.pipeline.determinism)."""
     from bakery.formats.errors import BundleError
     from bakery.stages import get_stage
 
@@ -101,9 +111,9 @@ def build(spec: TaskSpec, cache: Cache, devices: DevicePool, *, log: logging.Log
         inputs = stage_inputs(spec, cache)
     except (OSError, BundleError) as e:
         raise TaskError(f"cannot read input: {e}", where=spec.id) from None
-    return cache.put(spec.key, lambda folder: run_task(
-        stage_cls, inputs, spec.params, seed=spec.seed, device_provider=devices.provider(spec),
-        out_dir=folder, log=log, progress=progress, where=spec.id), replace=replace)
+    return lambda folder: run_task(
+        stage_cls, inputs, Settings.from_dict(spec.settings), seed=spec.seed, device_provider=devices.provider(spec),
+        out_dir=folder, log=log, progress=progress, where=spec.id)
 
 
 @dataclass
