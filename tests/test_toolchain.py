@@ -91,3 +91,17 @@ def test_two_identical_gpus_on_one_driver_share_a_toolchain(monkeypatch):
     first, second = (bakery.device.toolchain_of("vulkan", g.name, list(g.uuid), coopvec=True) for g in gpus)
     assert first == second and first.driver == "580.159.04"
     assert set(first.to_dict()) == FIELDS
+
+
+def test_a_cached_rebake_opens_no_device(project, monkeypatch):
+    """The key's toolchain comes from listing adapters and reading their drivers' properties,
+    so a bake whose tasks are all cached never creates a device."""
+    assert CliRunner().invoke(bake_cmd, ["pipeline.toml", "--only", "dev"]).exit_code == 0
+
+    def boom(*a, **k):
+        raise AssertionError("device opened for a cached re-bake")
+
+    monkeypatch.setattr("bakery.device.open_device", boom)
+    monkeypatch.setattr("bakery.device._create", boom)
+    r = CliRunner().invoke(bake_cmd, ["pipeline.toml", "--only", "dev"])
+    assert r.exit_code == 0 and "0 built, 3 cached" in r.output, r.output
