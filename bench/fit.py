@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bakery.device import open_device  # noqa: E402
-from bakery.formats.images import load_image, psnr  # noqa: E402
+from bakery.formats.images import load_image  # noqa: E402
+from bakery.imaging import psnr  # noqa: E402
 from bakery.nn.trainer import TrainConfig, Trainer  # noqa: E402
 from bakery.pipeline.task import run_task, settings_for  # noqa: E402
 from bakery.stages import StageInput, get_stage  # noqa: E402

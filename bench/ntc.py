@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 from bakery.device import open_device  # noqa: E402
 from bakery.nn import parameters  # noqa: E402
 from bakery.nn import trainer as trainer_module  # noqa: E402
-from bakery.formats.images import psnr, set_psnr  # noqa: E402
+from bakery.imaging import psnr, set_psnr  # noqa: E402
 from bakery.formats.publish import write_atomic  # noqa: E402
 from bakery.stages.ntc.objective import LATENT_SCATTER, LatentTextureFit  # noqa: E402
 from bakery.nn.optimizers import Adam  # noqa: E402

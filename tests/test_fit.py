@@ -14,7 +14,8 @@ from click.testing import CliRunner
 
 from bakery.cli import main
 from bakery.errors import BakeryError, TaskError, UsageError
-from bakery.formats.images import load_image, psnr
+from bakery.formats.images import load_image
+from bakery.imaging import psnr
 from bakery.pipeline.task import run_task, settings_for
 from bakery.stages import StageInput, get_stage
 from scripts.make_fit_assets import AMOUNT

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bakery.formats.images import load_image, psnr
+from bakery.formats.images import load_image
+from bakery.imaging import psnr
 from bakery.nn.optimizers import OPTIMIZERS, AdamW
 from bakery.nn.trainer import TrainConfig, Trainer
 from bakery.progress import TrainingProgress

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from bakery.imaging import psnr_from_mse
 from bakery.nn.optimizers import Adam
 from bakery.nn.trainer import TrainConfig, Trainer
 from bakery.stages.base import Stage, StageResult, StepProgress, register
@@ -67,6 +68,8 @@ class Mipmap(Stage):
         (inp,) = inputs
         material = load_mip_material(dict(inp.files), roughness=params["roughness"], albedo=params["albedo"])
         width, height = material.size
+        if material.renormalised:
+            ctx.log.info("%s: %d normal texel(s) off unit length, renormalised", inp.name, material.renormalised)
         if not material.roughness_given:
             ctx.log.info("%s: no roughness map; constant roughness %.3g (param roughness)", inp.name,
                          params["roughness"])
@@ -90,7 +93,7 @@ class Mipmap(Stage):
             row = {"level": level, "width": chain.shape(level)[1], "height": chain.shape(level)[0]}
             for name in chains:
                 row[f"{name}_rmse"] = round(float(np.sqrt(mse[name][i])), 6)
-                row[f"{name}_psnr_db"] = round(_psnr(mse[name][i]), 3)
+                row[f"{name}_psnr_db"] = round(psnr_from_mse(mse[name][i]), 3)
             for name in ("trained", "box"):
                 row[f"{name}_flip"] = round(flip_error(reference[i], renders[name][i]), 5)
             levels.append(row)
@@ -112,7 +115,3 @@ class Mipmap(Stage):
                            "space": "linear, tangent frame z up",
                            "held_out": "seed 0x4E1D0, hash streams 2/3 (training draws streams 0/1)"},
                 "size_policy": "powers of two on both sides, smaller side >= 8; no padding or cropping"}})
-
-
-def _psnr(mse: float) -> float:
-    return float("inf") if mse <= 0 else float(10.0 * np.log10(1.0 / mse))

@@ -133,7 +133,10 @@ class NeuralMaterial(Stage):
         layers = LayerConstants(params["coat_weight"], params["coat_roughness"], params["coat_ior"],
                                 params["sheen_weight"], parse_color(params["sheen_color"]), params["sheen_roughness"],
                                 params["coat_quadrature"])
-        base = material_params(dict(inp.files), roughness=params["roughness"], metalness=params["metalness"])
+        base, renormalised = material_params(dict(inp.files), roughness=params["roughness"],
+                                             metalness=params["metalness"])
+        if renormalised:
+            ctx.log.info("%s: %d normal texel(s) off unit length, renormalised", inp.name, renormalised)
         h, w, _ = base.shape
         dclass = params.device_class
         steps, batch = params["steps"], params["batch"]

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from bakery.formats.images import image_size, load_image, psnr
+from bakery.formats.images import image_size, load_image
+from bakery.imaging import psnr
 from bakery.formats.onnx_export import OPSET, OPSETS
 from bakery.nn.activations import ACTIVATIONS
 from bakery.nn.encodings import FrequencyEncoding

@@ -17,7 +17,8 @@ import numpy as np
 from bakery.baselines import bcn
 from bakery.baselines.resample import downsample_area
 from bakery.errors import UsageError
-from bakery.formats.images import encode_png, load_image, psnr
+from bakery.formats.images import encode_png, load_image
+from bakery.imaging import psnr
 from bakery.stages.base import Stage, StageResult, register
 from bakery.stages.params import AUTO, QUALITY, Param, Presets
 from bakery.stages.procedural import codegen, texture_stats
