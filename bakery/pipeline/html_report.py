@@ -24,6 +24,7 @@ _CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; }
 td, th { border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: left; vertical-align: top; }
+th { white-space: nowrap; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.help { color: #666; font-size: 0.85em; }
 .failed, .loses, tr.loses td { color: #b00020; } tr.loses { background: #fdecee; }
