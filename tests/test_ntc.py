@@ -245,7 +245,17 @@ def test_mip_chain_decodes(bundle, tmp_path):
     assert psnr(load_image(tmp_path / "png" / "albedo.png"), load_image(out / "preview_albedo.png")) > 45
 
 
-def _decoder_program(lang: str, src: str, n: int) -> str:
+def _prefix(out: Path) -> str:
+    return json.loads((out / "manifest.json").read_text())["ntc"]["files"]["symbol_prefix"]
+
+
+def _named(text: str, prefix: str) -> str:
+    """A harness written against ``ntc_`` names, under the bundle's symbol prefix."""
+    import re
+    return re.sub(r"\bNTC_", prefix.upper() + "_", re.sub(r"\bntc_", prefix + "_", text))
+
+
+def _decoder_program(lang: str, src: str, n: int, prefix: str) -> str:
     harness = f"""
 StructuredBuffer<uint> g_weights; StructuredBuffer<uint> g_latents;
 StructuredBuffer<uint> g_mip; StructuredBuffer<uint> g_px; StructuredBuffer<uint> g_py; RWStructuredBuffer<float> g_out;
@@ -257,7 +267,7 @@ void main(uint3 tid: SV_DispatchThreadID) {{
     for (uint k = 0u; k < NTC_MLP_N_OUTPUTS; k++) g_out[tid.x * NTC_MLP_N_OUTPUTS + k] = o[k];
 }}
 """
-    return src + harness
+    return src + _named(harness, prefix)
 
 
 @pytest.mark.parametrize("lang", ["slang", "hlsl"])
@@ -277,7 +287,7 @@ def test_random_texels_through_generated_decoder_equal_full_decode(bundle, devic
     full = [decode_image(grid, levels, b.network, b.params, m) for m in range(len(grid.color_mips))]
     want = np.stack([full[m][y, x] for m, x, y in zip(mip, px, py)])
 
-    kernel = device.kernel(_decoder_program(lang, (out / f"ntc_decode.{lang}").read_text(), n), "main")
+    kernel = device.kernel(_decoder_program(lang, (out / f"ntc_decode.{lang}").read_text(), n, _prefix(out)), "main")
     buf = lambda p: make_buffer(device, np.frombuffer(p.read_bytes() + b"\0" * (-p.stat().st_size % 4), np.uint32))  # noqa: E731
     obuf = make_buffer(device, np.zeros(n * c, np.float32))
     device.submit(lambda enc: kernel.dispatch([n, 1, 1], vars={
@@ -301,17 +311,19 @@ def _glslang_compile(out: Path, lang: str, tmp_path: Path) -> None:
     bc = json.loads((out / "manifest.json").read_text())["ntc"]["latents"]["mode"] == "bc"
     if lang == "glsl":
         path = tmp_path / "t.comp"
-        path.write_text("#version 450\n" + src + "layout(local_size_x = 1) in;\nlayout(std430, binding = 2) buffer O "
+        path.write_text("#version 450\n" + src + _named("layout(local_size_x = 1) in;\nlayout(std430, binding = 2) buffer O "
                         "{ float o_out[]; };\nvoid main() { float o[NTC_MLP_N_OUTPUTS]; "
-                        "ntc_decode_texel(1u, gl_GlobalInvocationID.x, 2u, o); ntc_finish(o); o_out[0] = o[0]; }\n")
+                        "ntc_decode_texel(1u, gl_GlobalInvocationID.x, 2u, o); ntc_finish(o); o_out[0] = o[0]; }\n", _prefix(out)))
         args = [GLSLANG, "-V", str(path), "-o", str(tmp_path / "t.spv")]
     else:
         latents, call = (("Texture2DArray<float> L; SamplerState S;", "W, L, S") if bc
                          else ("StructuredBuffer<uint> L;", "W, L"))
         path = tmp_path / "t.hlsl"
-        path.write_text(src + f"StructuredBuffer<uint> W; {latents} RWStructuredBuffer<float> O;\n"
-                        "[numthreads(1, 1, 1)] void main(uint3 t: SV_DispatchThreadID) { float o[NTC_MLP_N_OUTPUTS]; "
-                        f"ntc_decode_texel({call}, 1u, t.x, 2u, o); ntc_finish(o); O[0] = o[0]; }}\n")
+        path.write_text(src + _named(f"StructuredBuffer<uint> W; {latents} RWStructuredBuffer<float> O;\n"
+                                     "[numthreads(1, 1, 1)] void main(uint3 t: SV_DispatchThreadID) { "
+                                     "float o[NTC_MLP_N_OUTPUTS]; "
+                                     f"ntc_decode_texel({call}, 1u, t.x, 2u, o); ntc_finish(o); O[0] = o[0]; }}\n",
+                                     _prefix(out)))
         args = [GLSLANG, "-D", "-S", "comp", "-e", "main", "-V", str(path), "-o", str(tmp_path / "t.spv")]
     r = subprocess.run(args, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr

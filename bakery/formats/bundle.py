@@ -11,6 +11,7 @@ timestamps, sorted keys, files listed by name).
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from pathlib import Path
 from typing import Sequence
@@ -177,12 +178,15 @@ class BundleWriter:
         return canonical_json.normalize(manifest)
 
 
-def symbol_prefix(stage_type: str, asset: str) -> str:
-    """``bk_neural_texture_textures_rust``: a shader-identifier prefix from the stage type
-    and asset name, so decoders of different bundles never clash. Characters other than
-    letters and digits become one ``_`` (GLSL reserves double underscores)."""
+def symbol_prefix(stage_type: str, asset: str, params: dict | None = None) -> str:
+    """``bk_ntc_bricks_3f9c2a``: a shader-identifier prefix from the stage type and asset
+    name, and a short hash of both and of the resolved params, so the decoders of two
+    bundles never clash in one program (the same asset baked by two stages of one type
+    differs in its params; ``a_b``/``c`` and ``a``/``b_c`` differ in the hash). Characters
+    other than letters and digits become one ``_`` (GLSL reserves double underscores)."""
     words = re.findall(r"[A-Za-z0-9]+", f"{stage_type} {asset}")
-    return "_".join(["bk", *words]).lower()
+    ident = json.dumps([stage_type, asset, params or {}], sort_keys=True, default=str)
+    return "_".join(["bk", *words, hashlib.sha256(ident.encode()).hexdigest()[:6]]).lower()
 
 
 def network_record(weights_name: str, spec: NetworkSpec, dtype: str) -> dict:

@@ -64,7 +64,8 @@ def run_task(stage_cls: type[Stage], inputs: Sequence[StageInput], raw_params: d
     staging = staging_dir_for(out_dir)
     tracker = _TrackingDeviceProvider(device_provider)
     try:
-        writer = BundleWriter(staging, symbol_prefix=symbol_prefix(stage_cls.type_name, inputs[0].name if inputs else ""))
+        writer = BundleWriter(staging, symbol_prefix=symbol_prefix(stage_cls.type_name, inputs[0].name if inputs else "",
+                                                                 params))
         ctx = StageContext(device_provider=tracker, seed=seed, out=writer,
                            progress=progress or _no_progress, log=log)
         result = stage_cls().run(ctx, list(inputs), params)

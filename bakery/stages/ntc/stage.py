@@ -20,7 +20,8 @@ from bakery.stages import Param, Stage, StageResult, register
 from bakery.stages.ntc import bc4, packing
 from bakery.stages.ntc.manifest import ntc_section
 from bakery.stages.ntc.rate import choose, ladder
-from bakery.stages.ntc.shader import LANGUAGES, generate_ntc_decoder
+from bakery.stages.ntc.shader import COMPUTE_LANGUAGES, EXTENSIONS, LANGUAGES, generate_ntc_decoder, \
+    generate_ntc_mip_decoder
 from bakery.stages.ntc.texture_set import LATENT_BITS, LATENT_MODES
 from bakery.stages.ntc.training import SetTraining
 from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_record
@@ -178,14 +179,18 @@ class NeuralTextureCompression(Stage):
         for role, image in material.split(trained.decoded).items():
             out.write_png(f"preview_{role}.png", image)
         out.write_decoder_artifacts(point.network, params=net_params, shaders=LANGUAGES)
-        for lang in LANGUAGES:
-            out.write_bytes(f"ntc_decode.{lang}", generate_ntc_decoder(grid, point.network, lang,
-                                                                          normal_channel=material.normal_channel).encode(),
+        decoders = {lang: f"ntc_decode.{ext}" for lang, ext in EXTENSIONS.items()}
+        mip_decoders = {lang: f"ntc_decode_mip.{ext}" for lang, ext in COMPUTE_LANGUAGES.items()}
+        shader_kw = dict(normal_channel=material.normal_channel, prefix=out.symbol_prefix)
+        for lang, name in decoders.items():
+            out.write_bytes(name, generate_ntc_decoder(grid, point.network, lang, **shader_kw).encode(), role="shader")
+        for lang, name in mip_decoders.items():
+            out.write_bytes(name, generate_ntc_mip_decoder(grid, point.network, lang, **shader_kw).encode(),
                             role="shader")
         if params["transcode"] == "bcn":
             self._transcode(out, [material.split(np.clip(im, 0, 1)) for im in mip_images])
-        return {"latents": latent_file, "weights": "weights.bin",
-                "decoders": {lang: f"ntc_decode.{lang}" for lang in LANGUAGES}}
+        return {"latents": latent_file, "weights": "weights.bin", "decoders": decoders, "mip_decoders": mip_decoders,
+                "symbol_prefix": out.symbol_prefix}
 
     @staticmethod
     def _transcode(out, mips: list[dict]) -> None:
