@@ -47,7 +47,7 @@ def _fit_to_set(preset: dict, texels: int) -> dict:
     """Patch samples with lazy latent updates only where the set is large: on the H200's
     2048^2 set at 8 bpp they reach the default's quality at 6000 steps (28.65 against 28.66
     dB) at 0.59 against 0.85-1.02 ms/step, while on the 256^2 sample sets the two together
-    cost 0.13 dB (bench/RESULTS.md, tenth session). Below COHERENT_FROM: independent
+    cost 0.13 dB (bench/RESULTS.md, ntc). Below COHERENT_FROM: independent
     texels, dense updates."""
     if texels < COHERENT_FROM:
         return dict(preset, patches=False, latent_updates="dense")
