@@ -96,11 +96,13 @@ class BundleWriter:
         self._networks[network] = network_record(name, spec, dtype)
         return path
 
-    def write_decoder_artifacts(self, spec: NetworkSpec, *, onnx: bool = True, shaders: Sequence[str] = ("slang", "hlsl", "glsl"),
+    def write_decoder_artifacts(self, spec: NetworkSpec, *, onnx: bool = True,
+                                shaders: Sequence[str] = ("slang", "hlsl", "glsl", "webgl"),
                                 params: np.ndarray | None = None, prefix: str = "decoder",
                                 network: str = DEFAULT_NETWORK, onnx_opset: int | None = None) -> list[Path]:
         """Generated decoder shaders (``decoder.slang``/``.hlsl``/``.glsl``, the GLSL one an
-        include with a compilable compute wrapper ``decoder.comp``) and ``decoder.onnx``
+        include with a compilable compute wrapper ``decoder.comp``; ``decoder.webgl.glsl``,
+        GLSL ES 3.00 for a WebGL2 fragment shader) and ``decoder.onnx``
         (``onnx_opset``, default :data:`bakery.formats.onnx_export.OPSET`) for ``network``,
         written before by :meth:`write_weights`. Shader symbols start with the bundle's
         :attr:`symbol_prefix`. ONNX needs ``params`` and the onnx package."""
