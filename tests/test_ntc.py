@@ -336,6 +336,69 @@ def test_generated_decoders_compile_with_glslang(bundle, tmp_path, lang):
     _glslang_compile(bundle[1], lang, tmp_path)
 
 
+def test_compute_decoder_writes_whole_mips_equal_to_the_reference(bundle, device):
+    """ntc_decode_mip.slang (inference on load): one dispatch per colour mip fills an RGBA
+    float texture array, channels 4l..4l+3 in layer l, equal to the numpy reference decode
+    (renormalised and clamped as stored)."""
+    import slangpy as spy
+
+    from bakery.materials import renormalize_normals
+    from bakery.nn.parameters import make_buffer
+
+    _, out = bundle
+    b = read_bundle(out)
+    grid, levels = latent_values(out, b.manifest)
+    prefix, c = _prefix(out), b.network.n_outputs
+    kernel = device.kernel((out / "ntc_decode_mip.slang").read_text(), f"{prefix}_decode_mip")
+    words = lambda p: make_buffer(device, np.frombuffer(p.read_bytes(), np.uint32))  # noqa: E731
+    for mip in (0, 2, len(grid.color_mips) - 1):
+        w, h = grid.color_mips[mip]
+        tex = device.spy.create_texture(type=spy.TextureType.texture_2d_array, format=spy.Format.rgba32_float,
+                                        width=w, height=h, array_length=-(-c // 4),
+                                        usage=spy.TextureUsage.unordered_access | spy.TextureUsage.shader_resource)
+        device.submit(lambda enc: kernel.dispatch([w, h, 1], vars={
+            f"{prefix}_weights": words(out / "weights.bin"), f"{prefix}_latent_buffer": words(out / "latents.bin"),
+            f"{prefix}_output": tex, f"{prefix}_mip": mip}, command_encoder=enc))
+        device.wait()
+        got = np.concatenate([np.asarray(tex.to_numpy(layer=k, mip=0)).reshape(h, w, 4) for k in range(-(-c // 4))],
+                             -1)
+        want = np.clip(renormalize_normals(decode_image(grid, levels, b.network, b.params, mip),
+                                           b.manifest["ntc"]["material"]["normal_channel"]), 0, 1)
+        np.testing.assert_allclose(got[..., :c], want, atol=2e-4)
+        assert not got[..., c:].any()
+
+
+@pytest.mark.skipif(GLSLANG is None, reason="glslangValidator absent (apt-get install glslang-tools)")
+def test_compute_decoders_and_two_bundles_in_one_shader_compile_with_glslang(bundle, tmp_path):
+    """The whole-mip compute decoders (GLSL, HLSL) compile as written; two ntc bundles'
+    GLSL decoders in one shader compile (each names its own latent buffer block)."""
+    import subprocess
+
+    from bakery.formats.bundle import symbol_prefix
+    from bakery.stages.ntc.rate import choose
+    from bakery.stages.ntc.shader import generate_ntc_decoder
+
+    out = bundle[1]
+    prefix = _prefix(out)
+    runs = [[GLSLANG, "-V", str(out / "ntc_decode_mip.comp"), "-o", str(tmp_path / "m.spv")],
+            [GLSLANG, "-D", "-S", "comp", "-e", f"{prefix}_decode_mip", "-V", str(out / "ntc_decode_mip.hlsl"),
+             "-o", str(tmp_path / "h.spv")]]
+    other = symbol_prefix("ntc", "tiles", {"bpp": 4.0})
+    point = choose(64, 64, 3, 4.0, hidden=16, layers=1, bits=2, pe_octaves=2)
+    both = tmp_path / "both.comp"
+    both.write_text("#version 450\n#define " + other.upper() + "_MLP_WEIGHTS_BINDING 2\n#define " + other.upper()
+                    + "_LATENTS_BINDING 3\n" + (out / "ntc_decode.glsl").read_text()
+                    + generate_ntc_decoder(point.grid, point.network, "glsl", prefix=other)
+                    + "layout(local_size_x = 1) in;\nlayout(std430, binding = 4) buffer O { float o_out[]; };\n"
+                    + f"void main() {{ float a[{prefix.upper()}_MLP_N_OUTPUTS]; {prefix}_decode_texel(0u, 1u, 2u, a); "
+                    + f"float b[{other.upper()}_MLP_N_OUTPUTS]; {other}_decode_texel(0u, 1u, 2u, b); "
+                    + "o_out[0] = a[0] + b[0]; }\n")
+    runs.append([GLSLANG, "-V", str(both), "-o", str(tmp_path / "b.spv")])
+    for args in runs:
+        r = subprocess.run(args, capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+
 @pytest.mark.parametrize("weighting", ["uniform", "margin"])
 def test_deterministic_bytes(tmp_path, device, weighting):
     """Same inputs, seed and device: the same latents and weights, byte for byte (margin

@@ -210,7 +210,7 @@ def generate_ntc_mip_decoder(grid: LatentGridSpec, spec: NetworkSpec, lang: str 
     decoder = _ntc_decoder(grid, spec, lang, normal_channel=normal_channel, dtype=dtype)
     layers = -(-spec.n_outputs // 4)
     usage = (f"// ---- NTC whole-mip decode ({lang}): inference on load -------------------------------\n"
-             f"// One thread per texel of colour mip `mip` (push constant); dispatch ceil(W_L / 8) x ceil(H_L / 8)\n"
+             f"// One thread per texel of colour mip `mip` (a uniform); dispatch ceil(W_L / 8) x ceil(H_L / 8)\n"
              f"// groups. Writes ntc_output, a float RGBA 2D array of {layers} layers bound at that mip.\n")
     if lang == "glsl":
         return _prefixed("#version 450\n" + decoder + usage + f"""
@@ -242,15 +242,15 @@ void main()
 }}
 """, prefix)
     packed = grid.mode == "packed"
-    resources = ("StructuredBuffer<uint> ntc_latent_buffer : register(t1);\n" if packed else
-                 "Texture2DArray<float> ntc_latent_texture : register(t1);\n"
-                 "SamplerState ntc_latent_sampler : register(s0);  // linear, clamp to edge\n")
+    resources = ("StructuredBuffer<uint> ntc_latent_buffer;   // latents.bin\n" if packed else
+                 "Texture2DArray<float> ntc_latent_texture;   // latents.dds\n"
+                 "SamplerState ntc_latent_sampler;   // linear, clamp to edge\n")
     args = "ntc_weights, ntc_latent_buffer" if packed else "ntc_weights, ntc_latent_texture, ntc_latent_sampler"
     return _prefixed(decoder + usage + f"""
 static const uint NTC_OUTPUT_LAYERS = {layers}u;
-StructuredBuffer<uint> ntc_weights : register(t0);   // weights.bin
-{resources}RWTexture2DArray<float4> ntc_output : register(u0);
-cbuffer ntc_Push : register(b0) {{ uint ntc_mip; }};
+StructuredBuffer<uint> ntc_weights;   // weights.bin
+{resources}RWTexture2DArray<float4> ntc_output;
+uniform uint ntc_mip;   // the colour mip to decode (HLSL: in $Globals)
 
 [numthreads(8, 8, 1)]
 void ntc_decode_mip(uint3 id : SV_DispatchThreadID)
