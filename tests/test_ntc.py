@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from bakery.cli import main
-from bakery.formats.images import encode_png, load_image, psnr
+from bakery.formats.images import encode_png, load_image
+from bakery.imaging import psnr
 from bakery.formats.reader import read_bundle
 from bakery.stages.ntc import packing
 from bakery.stages.ntc.decode import decode_image, latent_values
@@ -764,9 +765,9 @@ def test_large_sets_on_a_gpu_train_on_patches_with_lazy_updates():
     resolved = PRESETS.resolve({**given, "line_texels": 8}, device_class="gpu", size=2048 * 2048)
     assert resolved["patches"] is True and sample_layout(resolved)["patches"] is False
     assert sample_layout(dict(resolved, line_texels=0))["patches"] is True
-    NeuralTextureCompression.resolve({"line_texels": 8})          # automatic patches give way
+    NeuralTextureCompression.validate({"line_texels": 8})          # automatic patches give way
     with pytest.raises(UsageError, match="two sample layouts") as e:
-        NeuralTextureCompression.resolve({"line_texels": 8, "patches": True}, key_prefix="stages.big.params")
+        NeuralTextureCompression.validate({"line_texels": 8, "patches": True}, key_prefix="stages.big.params")
     assert e.value.key == "stages.big.params.patches"
 
 

@@ -5,7 +5,7 @@ docs/FORMAT.md describes the same fields for people."""
 
 from __future__ import annotations
 
-from bakery.formats.images import psnr, set_psnr
+from bakery.imaging import psnr, set_psnr
 from bakery.materials import SRGB_ROLES
 from bakery.stages.ntc import packing
 from bakery.stages.ntc.texture_set import LatentGridSpec

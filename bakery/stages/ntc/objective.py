@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from bakery.imaging import box_down
 from bakery.materials import renormalize_normals
 from bakery.nn.parameters import PlainParameters, make_buffer
 from bakery.nn.texel_objective import TexelObjective
@@ -16,20 +17,11 @@ from bakery.stages.ntc.texture_set import LOD_INPUT_SCALE, LatentGridSpec
 LATENT_SCATTER = ("thread", "staged", "none", "shuffle")  # BK_NTC_SCATTER 0, 1, 2, 3 in ntc_fit.slang
 
 
-def downsample_box(image: np.ndarray) -> np.ndarray:
-    """Next mip level: 2x2 box filter (an odd edge texel is averaged with itself)."""
-    h, w = image.shape[:2]
-    nh, nw = max(1, h // 2), max(1, w // 2)
-    ys = [np.minimum(2 * np.arange(nh) + d, h - 1) for d in (0, 1)]
-    xs = [np.minimum(2 * np.arange(nw) + d, w - 1) for d in (0, 1)]
-    return sum(image[y][:, x] for y in ys for x in xs) * 0.25
-
-
 def color_pyramid(image: np.ndarray, count: int, normal_channel: int) -> list[np.ndarray]:
     """Reference mip chain: box filter, normals renormalised on every level."""
     levels = [image.astype(np.float32)]
     for _ in range(count - 1):
-        levels.append(renormalize_normals(downsample_box(levels[-1]), normal_channel).astype(np.float32))
+        levels.append(renormalize_normals(box_down(levels[-1]), normal_channel).astype(np.float32))
     return levels
 
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from bakery.errors import UsageError
-from bakery.formats.images import set_psnr
+from bakery.formats.images import image_size
+from bakery.imaging import set_psnr
 from bakery.materials import ROLES, load_material
 from bakery.stages import Param, Stage, StageResult, register
 from bakery.stages.ntc import bc4, packing
@@ -24,7 +25,7 @@ from bakery.stages.ntc.shader import COMPUTE_LANGUAGES, EXTENSIONS, LANGUAGES, g
     generate_ntc_mip_decoder
 from bakery.stages.ntc.texture_set import LATENT_BITS, LATENT_MODES
 from bakery.stages.ntc.training import SetTraining
-from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_record
+from bakery.stages.params import AUTO, QUALITY, Presets
 
 #: What ``auto`` means. At ``production`` the CPU (lavapipe) row keeps a 256^2 set under a
 #: minute (32 s warm, 42 s with cold Slang and Mesa caches, on a shared 2-core machine), the
@@ -89,6 +90,7 @@ class NeuralTextureCompression(Stage):
     version = "4"
     description = "compress a material's texture set (with mips) into latent textures + a decoder MLP"
     input_roles = tuple(ROLES)
+    presets = PRESETS
     params = (
         Param("bpp", float, 8.0, "GPU-resident bits per texel of mip 0 for the whole set (latents with their "
               "mips + decoder)", min=0.5, max=20.0),
@@ -133,12 +135,22 @@ class NeuralTextureCompression(Stage):
             raise UsageError("patches and line_texels are two sample layouts: set one of them", where=where,
                              key=f"{key_prefix}.patches")
 
+    @classmethod
+    def resolve_auto(cls, params, *, device_class, files) -> dict:
+        """The presets sized by the set's texels (from the first texture's header), then
+        what the latent mode and sample layout imply (training_settings)."""
+        first = next((r for r in ROLES if r in files), None)
+        if first is None:
+            raise UsageError("no textures in material", key="inputs")
+        w, h = image_size(files[first], key=first)
+        return training_settings(PRESETS.resolve(params, device_class=device_class, size=h * w))
+
     def run(self, ctx, inputs, params) -> StageResult:
         (inp,) = inputs
         material = load_material(dict(inp.files))
+        if material.renormalised:
+            ctx.log.info("%s: %d normal texel(s) off unit length, renormalised", inp.name, material.renormalised)
         h, w, c = material.image.shape
-        dclass = device_class(ctx.device)
-        given, params = params, training_settings(PRESETS.resolve(params, device_class=dclass, size=h * w))
         rate_kw = dict(hidden=params["hidden"], layers=params["layers"], pe_octaves=params["pe_octaves"],
                        bits=params["latent_bits"], mips=params["mips"], mode=params["latents"],
                        features=params["features"])
@@ -153,13 +165,13 @@ class NeuralTextureCompression(Stage):
         mip_images = trained.decode_mips(material.normal_channel)
         files = self._write(ctx.out, trained, material, mip_images, params)
         section = ntc_section(trained, material, mip_images, files, params, baseline=baseline, tried=tried,
-                              role_weights=training.role_weights(point, trained.steering), device_class=dclass)
+                              role_weights=training.role_weights(point, trained.steering),
+                              device_class=params.device_class)
         metrics = {"bpp": round(point.bpp, 4), "psnr_db": {r: round(v, 3) for r, v in trained.scores.items()},
                    "mean_psnr_db": round(trained.mean_psnr, 3), "set_psnr_db": round(set_psnr(trained.scores.values()), 3)}
         ctx.log.info("%s: %dx%d, %d channels, %.2f bpp, mean PSNR %.2f dB", inp.name, w, h, c, point.bpp,
                      metrics["mean_psnr_db"])
-        return StageResult(metrics=metrics, manifest={
-            "ntc": section, "resolved_params": resolved_record(given, params, device_class=dclass)})
+        return StageResult(metrics=metrics, manifest={"ntc": section})
 
     def _write(self, out, trained, material, mip_images, params) -> dict:
         """Writes the bundle's files; returns their names by part (the manifest's ``files``)."""

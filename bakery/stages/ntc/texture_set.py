@@ -15,17 +15,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from bakery.imaging import mip_count, mip_size
+
 LATENT_BITS = (1, 2, 4, 8)   # code widths that tile a 32-bit word exactly
 LATENT_MODES = ("packed", "bc")
 LOD_INPUT_SCALE = 0.25       # the decoder's last input is LOD * this
-
-
-def mip_size(size: int, level: int) -> int:
-    return max(1, size >> level)
-
-
-def mip_count(width: int, height: int) -> int:
-    return max(width, height).bit_length()
 
 
 @dataclass(frozen=True)

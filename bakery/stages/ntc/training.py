@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bakery.formats.images import mean_psnr, psnr
+from bakery.imaging import mean_psnr, psnr
 from bakery.materials import renormalize_normals
 from bakery.nn.optimizers import Adam
 from bakery.nn.trainer import TrainConfig, Trainer
