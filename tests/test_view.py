@@ -42,7 +42,7 @@ def viewer(out):
 
 
 def _psnr(a, b) -> float:
-    from bakery.formats.images import psnr
+    from bakery.imaging import psnr
     return psnr(np.asarray(a, np.float64), np.asarray(b, np.float64))
 
 
