@@ -19,10 +19,8 @@ pytestmark = pytest.mark.skipif(chromium_path() is None, reason="needs Chromium 
 
 
 @pytest.fixture(scope="module")
-def out(tmp_path_factory, device):
-    from view_bundles import bake
-
-    return bake(tmp_path_factory.mktemp("view"), ("compress", "neural_material", "mips", "texture"))
+def out(tiny_out):
+    return tiny_out
 
 
 @pytest.fixture(scope="module")
