@@ -54,6 +54,9 @@ def test_page_lists_every_bundle_with_no_console_error_and_no_request_off_the_ma
     assert set(shown) == ids
     for section in shown:   # every bundle drew something (a canvas or an image of its kind)
         assert page.locator(f"section[data-bundle='{section}'] canvas, section[data-bundle='{section}'] img").count()
+    against = page.eval_on_selector_all("section[data-bundle='compress/bricks'] select", "s => s.map(e => "
+                                        "[...e.options].map(o => o.value))")
+    assert ["source", "baseline", "preview"] in against   # the split's right side: source, BCn, preview
     hosts = {urlparse(u).hostname for u in requests}
     assert hosts == {"127.0.0.1"}, hosts
     assert any(u.endswith("/three/three.module.js") for u in requests)

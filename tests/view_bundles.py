@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: stage name -> (type, asset source, params): cheap on lavapipe (a few seconds each).
 TINY = {
-    "compress": ("ntc", "material", ["bpp=14", "steps=30", "batch=1024", "hidden=16", "layers=1", "baseline=false"]),
+    "compress": ("ntc", "material", ["bpp=14", "steps=30", "batch=1024", "hidden=16", "layers=1"]),
     "compress_hi": ("ntc", "material", ["bpp=18", "steps=20", "batch=1024", "hidden=16", "layers=1",
                                         "baseline=false"]),
     "neural_material": ("neural_material", "material", ["steps=20", "batch=256", "hidden=8", "encoder_hidden=8",

@@ -164,6 +164,12 @@ class NeuralTextureCompression(Stage):
         baseline = training.bcn_at(point.bpp) if params["baseline"] or params["weighting"] != "uniform" else None
         mip_images = trained.decode_mips(material.normal_channel)
         files = self._write(ctx.out, trained, material, mip_images, params)
+        if params["baseline"]:   # what the viewer shows beside the decode: the source and BCn at mip 0
+            for role, image in material.split(material.image).items():
+                ctx.out.write_png(f"source_{role}.png", image, role="reference")
+            for role, image in training.bcn_images(point.bpp).items():
+                ctx.out.write_png(f"baseline_{role}.png", image, role="baseline")
+            files["references"] = {"source": "source_{role}.png", "baseline": "baseline_{role}.png"}
         section = ntc_section(trained, material, mip_images, files, params, baseline=baseline, tried=tried,
                               role_weights=training.role_weights(point, trained.steering),
                               device_class=params.device_class)

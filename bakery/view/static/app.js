@@ -285,15 +285,23 @@ async function viewNtc(b, el) {
   const scene = document.createElement('div'), flat = document.createElement('div');
   row.append(scene, flat);
   let role = roles[0], mip = 0, sceneMip = -1, split = 0.5;
+  // the right side of the split at mip 0: the source and the BCn baseline where the bake
+  // kept them (baseline = true), else the bundle's own preview
+  const refs = ntc.files.references;
+  const sides = refs ? [['source', refs.source, 'source'], ['baseline', refs.baseline, 'BCn baseline'],
+                        ['preview', 'preview_{role}.png', 'bundle preview']]
+                     : [['preview', 'preview_{role}.png', 'bundle preview']];
+  let side = sides[0];
   const [roleLabel] = select('role', roles.map((r) => [r, r]), (v) => { role = v; draw(); });
+  const [sideLabel] = select('against', sides.map(([k, , t]) => [k, t]), (v) => { side = sides.find((x) => x[0] === v); draw(); });
   const [mipLabel] = select('mip', ntc.latents.color_mips.map((m, i) => [i, `${i}: ${m.width}x${m.height}`]), (v) => { mip = +v; draw(); });
   const [sceneLabel] = select('scene mip', [[-1, 'auto'], ...ntc.latents.color_mips.map((m, i) => [i, `${i}`])], (v) => { sceneMip = +v; drawScene(); });
   const slider = document.createElement('input');
   Object.assign(slider, { type: 'range', min: 0, max: 100, value: 50 });
   slider.addEventListener('input', () => { split = slider.value / 100; draw(); });
   const sliderLabel = document.createElement('label');
-  sliderLabel.append('split: WebGL decode | bundle preview ', slider);
-  controls.append(roleLabel, mipLabel, sliderLabel, sceneLabel);
+  sliderLabel.append('split: WebGL decode | ', slider);
+  controls.append(roleLabel, mipLabel, sideLabel, sliderLabel, sceneLabel);
   el.append(controls, row);
   async function drawScene() {
     const w = 480, h = 300;
@@ -304,15 +312,16 @@ async function viewNtc(b, el) {
     const r = await decodeNtc(b.id, role, mip);
     const s = scaleFor(r.width);
     const canvas = toCanvas(r.pixels, r.width, r.height, s);
-    if (mip === 0) {   // the right side: the bundle's own preview of this role (mip 0)
+    const right = side[1].replace('{role}', role);
+    if (mip === 0) {   // the right side of the split (mip 0 only: the references have no mips)
       const img = new Image();
-      img.src = fileUrl(b, `preview_${role}.png`);
+      img.src = fileUrl(b, right);
       await img.decode();
       const cut = Math.round(split * r.width);
       canvas.getContext('2d').drawImage(img, cut, 0, r.width - cut, r.height, cut, 0, r.width - cut, r.height);
     }
     canvas.dataset.role = role;
-    flat.replaceChildren(figure(canvas, `${role}, mip ${mip} (${r.width}x${r.height}): WebGL decode${mip === 0 ? ' | preview_' + role + '.png' : ''}`));
+    flat.replaceChildren(figure(canvas, `${role}, mip ${mip} (${r.width}x${r.height}): WebGL decode${mip === 0 ? ` | ${side[2]} (${right})` : ''}`));
   }
   await Promise.all([drawScene(), draw()]);
 }
