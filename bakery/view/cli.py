@@ -40,6 +40,7 @@ def view_cmd(out: Path, port: int, snapshot_dir: Path | None) -> None:
             return
         click.echo(f"bakery view: {len(server.app.bundles)} bundles at {server.url}  (Ctrl-C stops)")
         try:
-            server.thread.join()
+            while server.thread.is_alive():
+                server.thread.join(0.5)
         except KeyboardInterrupt:
-            pass
+            click.echo("bakery view: stopped")

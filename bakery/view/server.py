@@ -157,12 +157,12 @@ class ViewApp:
                 return None
             return self._file(self.modules.joinpath(*VENDOR[head]), rest)
         if head in ("bundle", "level"):
-            bundle_id, _, name = rest.rpartition("/")
-            b = self.by_id.get(bundle_id)
+            b = next((b for b in self.bundles if rest.startswith(b.id + "/")), None)
+            name = rest[len(b.id) + 1:] if b is not None else ""
             if b is None or name not in {f["name"] for f in b.manifest["files"]}:
-                return None
+                return None   # only what the manifest lists (names checked by read_bundle)
             file = b.path / name
-            if file.is_symlink() or not file.is_file():
+            if file.is_symlink() or file.parent.is_symlink() or not file.is_file():
                 raise PermissionError(name)
             if head == "bundle":
                 return file.read_bytes(), mimetypes.guess_type(name)[0] or "application/octet-stream"

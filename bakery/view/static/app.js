@@ -125,6 +125,7 @@ const scaleFor = (w) => Math.max(1, Math.floor(256 / w));
 async function ntcDecoder(b) {
   return cached(`ntc:${b.id}`, async () => {
     const ntc = b.manifest.ntc, files = ntc.files;
+    if (!files.decoders.webgl || !files.symbol_prefix) throw new Error(`${b.id}: no WebGL decoder in this bundle (baked by an older bakery: re-bake it)`);
     if (ntc.latents.mode !== 'packed') throw new Error(`${b.id}: BC4 latents are not drawn here (WebGL2 has no BC4 without EXT_texture_compression_rgtc)`);
     const [source, weights, latents] = await Promise.all([
       text(fileUrl(b, files.decoders.webgl)), bytes(fileUrl(b, files.weights)), bytes(fileUrl(b, files.latents))]);
@@ -329,6 +330,7 @@ async function viewNtc(b, el) {
 // ---- neural_material ------------------------------------------------------------------
 async function materialDecoder(b) {
   return cached(`nm:${b.id}`, async () => {
+    if (!b.files['material_eval.webgl.glsl']) throw new Error(`${b.id}: no WebGL decoder in this bundle (baked by an older bakery: re-bake it)`);
     const [source, weights, levels] = await Promise.all([
       text(fileUrl(b, 'material_eval.webgl.glsl')), bytes(fileUrl(b, 'weights.bin')), textureLevels(b, 'latents.dds')]);
     const prefix = b.manifest.networks.decoder.shader_prefix;
