@@ -196,3 +196,18 @@ def test_snapshot_writes_what_the_browser_computed(viewer, out, tmp_path):
     for b in app.bundles:
         assert (tmp_path / b.id / "view.png").stat().st_size > 1000
     assert (tmp_path / "viewer.png") in written
+
+
+def test_neural_texture_decoded_in_the_browser_equals_the_bundle_decoder(viewer, out):
+    """decoder.webgl.glsl over every texel's UV against the numpy forward of weights.bin."""
+    from bakery.formats.reader import read_bundle
+    from bakery.view.snapshot import pixels
+
+    b = read_bundle(out / "texture" / "rust")
+    src = b.manifest["source"]
+    w, h, c = src["width"], src["height"], src["channels"]
+    y, x = np.mgrid[0:h, 0:w]
+    uv = np.stack([(x.ravel() + 0.5) / w, (y.ravel() + 0.5) / h], -1)
+    want = np.clip(b.decode(uv), 0, 1).reshape(h, w, c)
+    got = pixels(viewer[0], "window.bakeryView.decodeTexture('texture/rust')")[..., :c] / 255.0
+    assert _psnr(got, want) >= 45.0
