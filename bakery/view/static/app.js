@@ -303,6 +303,21 @@ async function viewNtc(b, el) {
   const sliderLabel = document.createElement('label');
   sliderLabel.append('split: WebGL decode | ', slider);
   controls.append(roleLabel, mipLabel, sideLabel, sliderLabel, sceneLabel);
+  const base = ntc.baseline;
+  if (base) {   // the result next to what a studio ships today: BCn at full size and at equal bytes
+    const t = document.createElement('table');
+    t.className = 'metrics';
+    const head = t.insertRow();
+    ['PSNR dB', 'ntc', `BCn (${base.total.bpp} bpp)`, `BCn at ntc's bytes`].forEach((h) => { head.insertCell().textContent = h; });
+    for (const r of roles) {
+      const bt = base.textures[r] || {};
+      const tr = t.insertRow();
+      [r, b.metrics.psnr_db[r], bt.psnr, bt.same_bytes_psnr].forEach((v) => {
+        tr.insertCell().textContent = typeof v === 'number' ? v.toFixed(2) : (v ?? '');
+      });
+    }
+    el.append(t);
+  }
   el.append(controls, row);
   async function drawScene() {
     const w = 480, h = 300;
