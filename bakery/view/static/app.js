@@ -160,7 +160,7 @@ void main()
     color = u_count == 1 ? vec4(c.xxx, 1.0) : c;
 }
 `, ntcUniforms(d, { u_mip: { value: 0 }, u_first: { value: 0 }, u_count: { value: 1 } })));
-  Object.assign(material.uniforms.u_mip, { value: mip });
+  material.uniforms.u_mip.value = mip;
   material.uniforms.u_first.value = first;
   material.uniforms.u_count.value = Math.min(count, 4);
   return { width, height, channels: count, pixels: renderPixels(material, width, height) };
