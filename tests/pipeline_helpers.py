@@ -155,6 +155,23 @@ class DeviceStage(Stage):
 
 
 @register
+class NoisyStage(Stage):
+    """Writes one file that depends only on its input and one that differs on every run
+    (as a stage summing floats in whatever order threads finish would): what
+    ``bake --verify-determinism`` must catch."""
+
+    type_name = "test_noisy"
+    version = "1"
+    uses_device = False
+
+    def run(self, ctx, inputs, params):
+        _count(self.type_name)
+        ctx.out.write_json("stable.json", {"asset": inputs[0].name})
+        ctx.out.write_bytes("noise.bin", os.urandom(16))
+        return StageResult()
+
+
+@register
 class ListStage(Stage):
     """Reads a text file naming other files, one per line: an asset that refers to files
     (as a fit spec does), through the ``referenced_files`` hook and a role of its own."""

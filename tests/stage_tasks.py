@@ -70,8 +70,6 @@ class TinyTask:
     echo: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
     #: Manifest entries the task's own parameters imply (path -> value).
     manifest: dict[tuple[str, ...], Any] = field(default_factory=dict)
-    #: Bit-exact on the CoopVec backend too (its fp16 sums are not, elsewhere).
-    repeatable_on_coopvec: bool = False
 
 
 TASKS = (
@@ -90,12 +88,12 @@ TASKS = (
                echo=((("fit",), ("steps",)),), manifest={("fit", "optimizer"): o, ("fit", "steps_from"): "param"})
       for o in ("adam", "amsgrad", "adamw")),
     TinyTask("mipmap", "mipmap", material, {"quality": "preview", "steps": 20},
-             echo=((("mipmap", "settings"), ("steps", "pairs", "eval_pairs")),), repeatable_on_coopvec=True),
+             echo=((("mipmap", "settings"), ("steps", "pairs", "eval_pairs")),)),
     TinyTask("procedural", "procedural", texture,
              {"quality": "preview", "generations": 1, "population": 4, "restarts": 2, "steps": 40,
               "refine_steps": 0},
              echo=((("search",), ("generations", "population", "beam", "restarts", "steps", "batch", "fit_size",
-                                  "refine_steps")),), repeatable_on_coopvec=True),
+                                  "refine_steps")),)),
     TinyTask("neural_material", "neural_material", lambda folder: material(folder, 16),
              {"quality": "preview", "steps": 20, "batch": 256, "hidden": 8, "encoder_hidden": 8,
               "eval_directions": 2, "finetune_steps": 5},

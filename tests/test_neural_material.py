@@ -190,7 +190,7 @@ def bundle(tmp_path_factory, device, request):
     mat = _material(root / "bricks")
     out = root / "out"
     r = _run("run", "neural_material", mat, "-o", out, "--seed", 2, *SMALL, "--param", "quality=preview",
-             "--param", f"directions={request.param}", "--param", "finetune_steps=50")
+             "--param", f"directions={request.param}", "--param", "finetune_steps=50", "--param", "time_points=4096")
     assert r.exit_code == 0, r.output
     return mat, out, json.loads((out / "manifest.json").read_text())
 

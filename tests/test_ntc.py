@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from bench.experiments.reduction import always
 from click.testing import CliRunner
 
 from bakery.cli import main
@@ -786,7 +788,7 @@ def test_one_forward_gives_the_latents_two_gave(coopvec_device, monkeypatch):
         pytest.skip("the device's default backward pass is not generated (no cooperative matrices)")
 
     def latents_after_a_step(single: bool) -> np.ndarray:
-        monkeypatch.setattr(parameters, "COOPVEC_REDUCTION", replace(base, single_forward=single))
+        monkeypatch.setattr(parameters, "default_reduction", always(replace(base, single_forward=single)))
         obj = LatentTextureFit(coopvec_device, image, point.grid, normal_channel=mat.normal_channel)
         tr = Trainer(coopvec_device, point.network, obj, TrainConfig(steps=1, batch=1000, optimizer=Adam(lr=5e-3),
                                                                      seed=4))
