@@ -18,7 +18,7 @@ def tiny_out(tmp_path_factory, device):
     for the viewer and engine-example tests."""
     from tests.view_bundles import bake
 
-    return bake(tmp_path_factory.mktemp("tiny_out"), ("compress", "neural_material", "mips", "texture"))
+    return bake(tmp_path_factory.mktemp("tiny_out"), ("compress", "compress_bc", "neural_material", "mips", "texture"))
 
 
 @pytest.fixture(scope="session")

@@ -47,7 +47,7 @@ def _psnr(a, b) -> float:
 def test_page_lists_every_bundle_with_no_console_error_and_no_request_off_the_machine(viewer, out):
     page, console, requests, app = viewer
     ids = {b.id for b in app.bundles}
-    assert ids == {"compress/bricks", "neural_material/bricks", "mips/bricks", "texture/rust"}
+    assert ids == {"compress/bricks", "compress_bc/bricks", "neural_material/bricks", "mips/bricks", "texture/rust"}
     assert page.evaluate("() => window.bakeryView.state.errors") == []
     assert [m for m in console if m[0] in ("error", "warning", "pageerror")] == []
     shown = page.eval_on_selector_all("section.bundle", "s => s.map(e => e.dataset.bundle)")
@@ -62,16 +62,17 @@ def test_page_lists_every_bundle_with_no_console_error_and_no_request_off_the_ma
     assert any(u.endswith("/three/three.module.js") for u in requests)
 
 
-def test_ntc_browser_decode_equals_decompress_on_every_texture_and_mip(viewer, out, tmp_path):
-    """The WebGL2 decoder reading latents.bin as an integer texture, per texel in the
-    fragment shader, against `bakery decompress` (the numpy reference): >= 45 dB on every
-    role at every mip."""
+@pytest.mark.parametrize("stage", ["compress", "compress_bc"])
+def test_ntc_browser_decode_equals_decompress_on_every_texture_and_mip(viewer, out, tmp_path, stage):
+    """The WebGL2 decoder, per texel in the fragment shader, reading latents.bin as an
+    integer texture (packed) or latents.dds as BC4 blocks filtered by the GPU (bc), against
+    `bakery decompress` (the numpy reference): >= 45 dB on every role at every mip."""
     from bakery.cli import main
     from bakery.formats.images import load_image
     from bakery.view.snapshot import ntc_decode
 
     page = viewer[0]
-    bundle = out / "compress" / "bricks"
+    bundle = out / stage / "bricks"
     r = CliRunner().invoke(main, ["decompress", str(bundle), "-o", str(tmp_path)])
     assert r.exit_code == 0, r.output
     ntc = json.loads((bundle / "manifest.json").read_text())["ntc"]
@@ -80,7 +81,7 @@ def test_ntc_browser_decode_equals_decompress_on_every_texture_and_mip(viewer, o
     for role, (_, n) in ntc["material"]["channels"].items():
         for mip in range(mips):
             want = load_image(tmp_path / (f"{role}.png" if mip == 0 else f"{role}_mip{mip}.png"))
-            got = ntc_decode(page, "compress/bricks", role, mip, n)
+            got = ntc_decode(page, f"{stage}/bricks", role, mip, n)
             assert got.shape == want.shape, (role, mip)
             assert _psnr(got, want) >= 45.0, (role, mip, _psnr(got, want))
 

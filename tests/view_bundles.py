@@ -15,6 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 #: stage name -> (type, asset source, params): cheap on lavapipe (a few seconds each).
 TINY = {
     "compress": ("ntc", "material", ["bpp=14", "steps=30", "batch=1024", "hidden=16", "layers=1"]),
+    "compress_bc": ("ntc", "material", ["bpp=14", "steps=10", "batch=1024", "hidden=16", "layers=1", "latents=bc",
+                                        "bc_refresh=5", "baseline=false"]),
     "neural_material": ("neural_material", "material", ["steps=20", "batch=256", "hidden=8", "encoder_hidden=8",
                                                         "eval_directions=4", "finetune_steps=0"]),
     "mips": ("mipmap", "material", ["steps=10", "pairs=2", "eval_pairs=4"]),

@@ -98,7 +98,7 @@ def save_snapshot(page, console, bundles, dest: Path) -> list[Path]:
 
     for b in bundles:
         folder = dest / b.id
-        if b.manifest["stage"]["type"] == "ntc" and b.manifest["ntc"]["latents"]["mode"] == "packed":
+        if b.manifest["stage"]["type"] == "ntc":
             ntc = b.manifest["ntc"]
             for role, (_, n) in ntc["material"]["channels"].items():
                 for mip in range(len(ntc["latents"]["color_mips"])):

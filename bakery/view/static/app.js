@@ -126,16 +126,45 @@ async function ntcDecoder(b) {
   return cached(`ntc:${b.id}`, async () => {
     const ntc = b.manifest.ntc, files = ntc.files;
     if (!files.decoders.webgl || !files.symbol_prefix) throw new Error(`${b.id}: no WebGL decoder in this bundle (baked by an older bakery: re-bake it)`);
-    if (ntc.latents.mode !== 'packed') throw new Error(`${b.id}: BC4 latents are not drawn here (WebGL2 has no BC4 without EXT_texture_compression_rgtc)`);
     const [source, weights, latents] = await Promise.all([
       text(fileUrl(b, files.decoders.webgl)), bytes(fileUrl(b, files.weights)), bytes(fileUrl(b, files.latents))]);
-    const P = files.symbol_prefix;
-    return { source, prefix: P, weights: wordTexture(weights), latents: wordTexture(latents), ntc };
+    const P = files.symbol_prefix, packed = ntc.latents.mode === 'packed';
+    return { source, prefix: P, weights: wordTexture(weights), packed,
+             latents: packed ? wordTexture(latents) : bc4ArrayTexture(latents, ntc.latents), ntc };
   });
 }
 
+// BC4 latents (latents.dds: DX10 header, layer-major, every latent level) uploaded as the
+// blocks they are, with their mips: the GPU filters them as an engine's sampler would.
+function bc4ArrayTexture(dds, grid) {
+  if (!renderer.extensions.has('EXT_texture_compression_rgtc')) throw new Error('this browser has no BC4 (EXT_texture_compression_rgtc)');
+  const view = new DataView(dds.buffer, dds.byteOffset);
+  const height = view.getUint32(12, true), width = view.getUint32(16, true), levels = Math.max(1, view.getUint32(28, true));
+  const layers = view.getUint32(140, true);
+  const size = (m) => [Math.max(1, width >> m), Math.max(1, height >> m)];
+  const bytesOf = (m) => { const [w, h] = size(m); return Math.ceil(w / 4) * Math.ceil(h / 4) * 8; };
+  const layerBytes = Array.from({ length: levels }, (_, m) => bytesOf(m)).reduce((a, c) => a + c, 0);
+  const mipmaps = Array.from({ length: levels }, (_, m) => {
+    const data = new Uint8Array(bytesOf(m) * layers);
+    let offset = 148;
+    for (let k = 0; k < m; k++) offset += bytesOf(k);
+    for (let l = 0; l < layers; l++) data.set(dds.subarray(offset + l * layerBytes, offset + l * layerBytes + bytesOf(m)), l * bytesOf(m));
+    const [w, h] = size(m);
+    return { data, width: w, height: h };
+  });
+  if (layers !== grid.features) throw new Error(`latents.dds has ${layers} layers, the manifest ${grid.features} features`);
+  const t = new THREE.CompressedArrayTexture(mipmaps, width, height, layers, THREE.RED_RGTC1_Format);
+  t.minFilter = THREE.LinearMipmapNearestFilter;   // the decoder picks each level itself (textureLod)
+  t.magFilter = THREE.LinearFilter;
+  t.wrapS = t.wrapT = THREE.ClampToEdgeWrapping;
+  t.generateMipmaps = false;
+  t.needsUpdate = true;
+  return t;
+}
+
 function ntcUniforms(d, extra) {
-  return { [`${d.prefix}_mlp_weights`]: { value: d.weights }, [`${d.prefix}_latent_words`]: { value: d.latents }, ...extra };
+  const latents = d.packed ? `${d.prefix}_latent_words` : `${d.prefix}_latents`;
+  return { [`${d.prefix}_mlp_weights`]: { value: d.weights }, [latents]: { value: d.latents }, ...extra };
 }
 
 // One role of colour mip `mip`, decoded per texel by the bundle's WebGL decoder.
