@@ -6,7 +6,7 @@ Each fetches the two latent levels a colour mip reads (packed codes from ``laten
 bound as a uint buffer and filtered bilinearly by hand, exactly as in training; or BC4
 latents from ``latents.dds`` through a bilinear clamp sampler, filtered by the hardware),
 adds the texel position encoding and the LOD, and runs the generated MLP over the
-bundle's ``weights.bin`` (bakery.formats.shadergen). The three languages differ only in
+bundle's ``weights.bin`` (bakery.formats.shadergen). The languages differ only in
 resource declarations and a handful of spellings, filled into the one template below;
 tables (level sizes, offsets) are baked in as ternary chains, which all four accept.
 Every global name starts with the bundle's symbol prefix (``bk_ntc_bricks_...``), so the
@@ -47,7 +47,8 @@ def _resources(lang: str, mode: str) -> dict:
                 "word": "ntc_latent_word({i})", "sample": "textureLod(ntc_latents, vec3({u}, {v}, float({f})), float({lvl})).r",
                 "bind": "upload weights.bin as an R32UI texture to ntc_mlp_weights and " + (
                     "latents.bin likewise to ntc_latent_words (texel i = word i, rows in order)" if mode == "packed"
-                    else "latents.dds as a texture array to ntc_latents (linear filter, clamp to edge)")}
+                    else "latents.dds's BC4 blocks with their mips to ntc_latents (EXT_texture_compression_rgtc; "
+                         "linear, mipmap-nearest, clamp to edge)")}
     if lang == "glsl":
         decl = ("#ifndef NTC_LATENTS_BINDING\n#define NTC_LATENTS_BINDING 1\n#endif\n"
                 + ("layout(std430, binding = NTC_LATENTS_BINDING) readonly buffer ntc_LatentBuffer { uint ntc_latent_words[]; };\n"
