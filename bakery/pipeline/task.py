@@ -86,7 +86,8 @@ def run_task(stage_cls: type[Stage], inputs: Sequence[StageInput], settings: Set
     automatic = stage_cls.presets is not None
     tracker = _TrackingDeviceProvider(device_provider, settings, automatic)
     try:
-        writer = BundleWriter(staging, symbol_prefix=symbol_prefix(stage_cls.type_name, inputs[0].name if inputs else ""))
+        writer = BundleWriter(staging, symbol_prefix=symbol_prefix(stage_cls.type_name, inputs[0].name if inputs else "",
+                                                                 dict(settings.given)))
         ctx = StageContext(device_provider=tracker, seed=seed, out=writer,
                            progress=progress or _no_progress, log=log)
         result = stage_cls().run(ctx, list(inputs), settings)
