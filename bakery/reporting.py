@@ -141,23 +141,25 @@ def flatten(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 # -- images ------------------------------------------------------------------------------
 def image_pairs(bundle: Path, manifest: dict, inputs: Mapping[str, Path]) -> list[tuple[str, Path, Path]]:
-    """(label, reference, decoded) pairs: a bundle's ``reference`` file with its render or
-    preview, else each ``preview_<role>.png`` (or ``preview.png``) with the task's source
-    file of that role (``image`` for a single texture)."""
+    """(label, reference, decoded) pairs: a bundle's one ``reference`` file with its render
+    or preview, else each ``preview_<role>.png`` (or ``preview.png``) with its reference:
+    the bundle's ``source_<role>.png``, else the task's source file of that role (``image``
+    for a single texture)."""
     files = {f["name"]: f["role"] for f in manifest.get("files", [])}
-    refs = [n for n, r in files.items() if r == "reference" and n.endswith(".png")]
+    refs = [n for n, r in files.items() if r == "reference" and n.endswith(".png") and not n.startswith("source_")]
+    decoded = next((n for n in ("render.png", "preview.png") if n in files), None)
+    if refs and decoded:
+        return [("", bundle / refs[0], bundle / decoded)]
     pairs = []
-    if refs:
-        decoded = next((n for n in ("render.png", "preview.png") if n in files), None)
-        if decoded:
-            pairs.append(("", bundle / refs[0], bundle / decoded))
-        return pairs
     for name in sorted(files):
         if not (name.startswith("preview") and name.endswith(".png")):
             continue
         role = name[len("preview_"):-len(".png")] if name.startswith("preview_") else "image"
-        if role in inputs:
-            pairs.append(("" if role == "image" else role, Path(inputs[role]), bundle / name))
+        label = "" if role == "image" else role
+        if f"source_{role}.png" in files:
+            pairs.append((label, bundle / f"source_{role}.png", bundle / name))
+        elif role in inputs:
+            pairs.append((label, Path(inputs[role]), bundle / name))
     return pairs
 
 
@@ -174,6 +176,9 @@ def image_rows(view: BundleView, pairs: list[tuple[str, Path, Path]] | None = No
         if ref.shape == dec.shape:
             diff = np.abs(dec - ref) * DIFFERENCE_GAIN
             cells.append(figure(diff, f"difference \u00d7{DIFFERENCE_GAIN:g} ({psnr(dec, ref):.2f} dB)"))
+        base = f"baseline_{label or 'image'}.png"
+        if base in view.files("baseline"):  # what a studio ships instead, decoded (a format role)
+            cells.append(picture(view, base, f"baseline {label}".strip()))
         rows.append("".join(cells))
     return rows
 
