@@ -163,3 +163,45 @@ params = { steps = 32, batch = 1024, width = 16, layers = 1, octaves = 3 }
 
     with Image.open(shot) as im:
         assert im.size == (1000, 800) and len(np.unique(np.asarray(im.convert("L")))) > 16  # not a blank page
+
+
+def test_a_click_opens_an_image_full_size(tmp_path):
+    """In a real browser: clicking a thumbnail shows its full-size image over the page (the
+    bundle's own file), clicking again closes it; no console message on the way."""
+    pytest.importorskip("playwright")
+    from playwright.sync_api import sync_playwright
+
+    from bakery.formats.images import encode_png
+    from bakery.pipeline.html_report import render
+    from bakery.view.snapshot import chromium_path, launch
+
+    if chromium_path() is None:
+        pytest.skip("needs Debian's chromium (scripts/setup.sh installs it)")
+    b = tmp_path / "texture" / "a"
+    b.mkdir(parents=True)
+    img = np.random.default_rng(0).random((300, 40, 3)).astype(np.float32)
+    (b / "reference.png").write_bytes(encode_png(img))
+    (b / "preview.png").write_bytes(encode_png(np.clip(img + 0.05, 0, 1)))
+    files = [{"name": "reference.png", "role": "reference"}, {"name": "preview.png", "role": "preview"}]
+    (b / "manifest.json").write_text(json.dumps({"files": files, "metrics": {"psnr_db": 26.0}}))
+    page_file = tmp_path / "report.html"
+    rep = BakeReport("p.toml", "out", tasks=[TaskOutcome("texture", "a", "built", metrics={"psnr_db": 26.0})])
+    page_file.write_text(render(rep, {"texture/a": b}, root=tmp_path))
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page()
+        console = []
+        page.on("console", lambda m: console.append(m.text))
+        page.on("pageerror", lambda e: console.append(str(e)))
+        page.goto(page_file.as_uri())
+        assert not page.is_visible("#full")
+        page.click("img.texel[alt='decoded']")
+        page.wait_for_function("document.querySelector('#full img').naturalWidth > 0")
+        assert page.is_visible("#full")
+        size = page.evaluate("[document.querySelector('#full img').naturalWidth, "
+                             "document.querySelector('#full img').naturalHeight]")
+        assert size == [40, 300]  # the file itself, not the 256-pixel thumbnail
+        page.click("#full")
+        assert not page.is_visible("#full")
+        browser.close()
+    assert console == []
