@@ -51,3 +51,42 @@ def _check(ViewServer, tiny_out):
         n = int.from_bytes(body[:4], "little")
         head = json.loads(body[4:4 + n])
         assert status == 200 and head["format"] == "bc7_srgb" and len(body) == 4 + n + sum(map(sum, head["level_bytes"]))
+
+
+def test_snapshot_writes_only_into_its_own_folder(tmp_path):
+    """--snapshot DIR: a new, empty or earlier snapshot's folder only; it replaces only the
+    files its index lists and never writes through a link."""
+    from bakery.errors import UsageError
+    from bakery.view.snapshot import INDEX_NAME, SnapshotDir
+
+    dest = tmp_path / "snap"
+    SnapshotDir(dest).write("ntc/bricks/albedo.png", b"one")
+    again = SnapshotDir(dest)   # a second snapshot replaces what the first wrote
+    again.write("ntc/bricks/albedo.png", b"two")
+    assert (dest / "ntc" / "bricks" / "albedo.png").read_bytes() == b"two"
+    assert json.loads((dest / INDEX_NAME).read_text())["files"] == ["ntc/bricks/albedo.png"]
+
+    mine = dest / "ntc" / "bricks" / "notes.txt"
+    mine.write_text("a person's notes")
+    with pytest.raises(UsageError, match="notes.txt.*not written by a bakery snapshot"):
+        SnapshotDir(dest).write("ntc/bricks/notes.txt", b"x")
+    assert mine.read_text() == "a person's notes"
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "README.md").write_text("keep")
+    with pytest.raises(UsageError, match="not a bakery snapshot"):
+        SnapshotDir(docs)
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    try:
+        (dest / "planted").symlink_to(elsewhere, target_is_directory=True)
+        (tmp_path / "linked").symlink_to(dest, target_is_directory=True)
+    except OSError:
+        pytest.skip("no symlinks here")
+    with pytest.raises(UsageError, match="planted.*link"):
+        SnapshotDir(dest).write("planted/bricks/view.png", b"x")
+    with pytest.raises(UsageError, match="link"):
+        SnapshotDir(tmp_path / "linked")
+    assert not any(elsewhere.iterdir())
