@@ -3,9 +3,11 @@ bundle's manifest lists and nothing else (no path outside a bundle, no link)."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
+from urllib.parse import urlparse
 
 import pytest
 
@@ -18,15 +20,29 @@ def _get(url: str) -> tuple[int, bytes]:
         return e.code, b""
 
 
+def _get_as_host(url: str, host: str) -> int:
+    """The status of a request naming another Host, as a page of another site would send
+    after pointing its name at 127.0.0.1."""
+    u = urlparse(url)
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+    c.putrequest("GET", u.path, skip_host=True)
+    c.putheader("Host", f"{host}:{u.port}")
+    c.endheaders()
+    return c.getresponse().status
+
+
 def test_serves_listed_bundle_files_only(tiny_out, tmp_path):
     from bakery.view.server import ViewServer
 
     extra, link = tiny_out / "texture" / "rust" / "extra.txt", tiny_out / "texture" / "rust" / "link.png"
+    planted = tiny_out / "texture" / "planted"   # a bundle whose manifest is a link to another's
     outside = tmp_path / "secret.txt"
     outside.write_text("secret")
     extra.write_text("not in the manifest")
     try:
         link.symlink_to(outside)
+        planted.mkdir()
+        (planted / "manifest.json").symlink_to(tiny_out / "texture" / "rust" / "manifest.json")
     except OSError:
         pytest.skip("no symlinks here")
     try:
@@ -34,14 +50,20 @@ def test_serves_listed_bundle_files_only(tiny_out, tmp_path):
     finally:   # the out/ folder is shared by the session's other tests
         extra.unlink()
         link.unlink()
+        (planted / "manifest.json").unlink()
+        planted.rmdir()
 
 
 def _check(ViewServer, tiny_out):
     with ViewServer(tiny_out) as server:
         assert server.url.startswith("http://127.0.0.1:")
         status, body = _get(server.url + "api/bundles.json")
-        ids = {b["id"] for b in json.loads(body)["bundles"]}
-        assert status == 200 and "texture/rust" in ids and "compress/bricks" in ids
+        doc = json.loads(body)
+        ids = {b["id"] for b in doc["bundles"]}
+        assert status == 200 and "texture/rust" in ids and "compress/bricks" in ids and "texture/planted" not in ids
+        assert any("planted/manifest.json: a link" in p for p in doc["problems"])
+        assert _get(server.url + "bundle/texture/planted/preview.png")[0] == 404
+        assert _get_as_host(server.url + "api/bundles.json", "rebound.example.com") == 403
         assert _get(server.url + "bundle/texture/rust/preview.png")[0] == 200
         for bad in ("bundle/texture/rust/extra.txt", "bundle/texture/rust/link.png", "bundle/texture/rust/../rust/x",
                     "bundle/texture/../../secret.txt", "static/../server.py", "three/../../package.json",

@@ -4,7 +4,8 @@ The server binds 127.0.0.1 on a free port and serves only: the page (bakery/view
 three.js from the npm install beside the package (package.json pins it; nothing is
 fetched at run time), the bundle list with metrics, and the files each bundle's manifest
 lists (checked against the manifest's sha256 when the bundle is read; never a path outside
-that bundle, never through a link). Textures (DDS/KTX2) are served decoded, level by level,
+that bundle, never through a link), and only to requests naming 127.0.0.1 or localhost as
+their Host (a page of another site whose name it points at 127.0.0.1 gets 403). Textures (DDS/KTX2) are served decoded, level by level,
 as raw RGBA8 (``/level/...``): browsers have no DDS loader, and the page uploads each level
 as the engine would, without regenerating mips.
 """
@@ -59,6 +60,10 @@ def find_bundles(out: Path) -> tuple[list[ViewedBundle], list[str]]:
         rel = folder.relative_to(out)
         if any(p.startswith(".") for p in rel.parts) or any(p.is_symlink() for p in [folder, *folder.parents][:len(rel.parts)]):
             continue   # staging folders and links bakery did not make
+        link = _link_in(folder)
+        if link is not None:   # never read through it, not even to check a sum
+            problems.append(f"{link}: a link bakery did not make; bundle not shown")
+            continue
         try:
             b = read_bundle(folder)
         except BundleError as e:
@@ -66,6 +71,23 @@ def find_bundles(out: Path) -> tuple[list[ViewedBundle], list[str]]:
             continue
         bundles.append(ViewedBundle(rel.as_posix(), folder, b.manifest))
     return bundles, problems
+
+
+def _link_in(folder: Path) -> Path | None:
+    """The bundle's manifest or first listed file (or its sub-folder) that is a link."""
+    manifest = folder / "manifest.json"
+    if manifest.is_symlink():
+        return manifest
+    try:
+        names = [f["name"] for f in json.loads(manifest.read_bytes())["files"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None   # read_bundle names what is wrong with it
+    for name in names:
+        if isinstance(name, str) and ".." not in name.split("/"):
+            for path in (folder / name, (folder / name).parent):
+                if path.is_symlink():
+                    return path
+    return None
 
 
 def texture_levels(path: Path) -> dict:
@@ -118,6 +140,8 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self):
+        if self.headers.get("Host") not in self.app.hosts:
+            return self.send_error(403)   # another site's page reaching 127.0.0.1 (DNS rebinding)
         path = unquote(urlparse(self.path).path)
         try:
             found = self.app.resolve(path)
@@ -142,6 +166,8 @@ class ViewApp:
         self.bundles, self.problems = find_bundles(self.out)
         self.by_id = {b.id: b for b in self.bundles}
         self.modules = node_modules()
+        #: The Host headers of the page's own requests (set once the port is known).
+        self.hosts: frozenset[str] = frozenset()
 
     def resolve(self, path: str) -> tuple[bytes, str] | None:
         if path in ("/", "/index.html"):
@@ -195,6 +221,8 @@ class ViewServer:
         self.app = ViewApp(out)
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), partial(_Handler, app=self.app))
         self.httpd.daemon_threads = True
+        port = self.httpd.server_address[1]
+        self.app.hosts = frozenset({f"127.0.0.1:{port}", f"localhost:{port}"})
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property
