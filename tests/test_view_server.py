@@ -112,3 +112,13 @@ def test_snapshot_writes_only_into_its_own_folder(tmp_path):
     with pytest.raises(UsageError, match="link"):
         SnapshotDir(tmp_path / "linked")
     assert not any(elsewhere.iterdir())
+
+
+def test_view_of_a_missing_folder_is_one_line_and_exit_2(tmp_path):
+    from click.testing import CliRunner
+
+    from bakery.cli import main
+
+    r = CliRunner().invoke(main, ["view", str(tmp_path / "nothing")])
+    assert r.exit_code == 2, r.output
+    assert "nothing: no such folder" in r.output and len(r.output.strip().splitlines()) == 1
