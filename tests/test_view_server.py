@@ -69,6 +69,13 @@ def _check(ViewServer, tiny_out):
                     "bundle/texture/../../secret.txt", "static/../server.py", "three/../../package.json",
                     "bundle/nothing/preview.png"):
             assert _get(server.url + bad)[0] in (403, 404), bad
+        preview = tiny_out / "texture" / "rust" / "preview.png"
+        kept = preview.read_bytes()
+        preview.write_bytes(kept + b"re-baked")   # bytes that are no longer the manifest's
+        try:
+            assert _get(server.url + "bundle/texture/rust/preview.png")[0] == 409
+        finally:
+            preview.write_bytes(kept)
         status, body = _get(server.url + "level/mips/bricks/albedo.dds")
         n = int.from_bytes(body[:4], "little")
         head = json.loads(body[4:4 + n])

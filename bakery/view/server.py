@@ -12,6 +12,7 @@ as the engine would, without regenerating mips.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import mimetypes
 import threading
@@ -90,14 +91,13 @@ def _link_in(folder: Path) -> Path | None:
     return None
 
 
-def texture_levels(path: Path) -> dict:
-    """A DDS/KTX2 file as raw RGBA8 levels: {width, height, layers, format, srgb, levels:
-    [[bytes per layer]]}. BCn decodes through bakery.baselines.bcn."""
+def texture_levels(name: str, data: bytes) -> dict:
+    """A DDS/KTX2 file's bytes as raw RGBA8 levels: {width, height, layers, format, srgb,
+    levels: [[bytes per layer]]}. BCn decodes through bakery.baselines.bcn."""
     from bakery.formats.dds import read_dds
     from bakery.formats.ktx2 import read_ktx2
 
-    data = path.read_bytes()
-    tex = read_dds(data) if path.suffix.lower() == ".dds" else read_ktx2(data)
+    tex = read_dds(data) if name.lower().endswith(".dds") else read_ktx2(data)
     levels = []
     for mip, surfaces in enumerate(tex.levels):
         h, w = tex.level_shape(mip)
@@ -129,6 +129,10 @@ def _rgba8(tex, mip: int, layer: int, w: int, h: int) -> np.ndarray:
     return out
 
 
+class ChangedOnDisk(Exception):
+    """A listed file whose bytes are no longer those its manifest (read at start) names."""
+
+
 class _Handler(BaseHTTPRequestHandler):
     server_version = "bakery-view"
 
@@ -147,6 +151,8 @@ class _Handler(BaseHTTPRequestHandler):
             found = self.app.resolve(path)
         except PermissionError:
             return self.send_error(403)
+        except ChangedOnDisk as e:
+            return self.send_error(409, str(e))
         if found is None:
             return self.send_error(404)
         body, kind = found
@@ -185,14 +191,18 @@ class ViewApp:
         if head in ("bundle", "level"):
             b = next((b for b in self.bundles if rest.startswith(b.id + "/")), None)
             name = rest[len(b.id) + 1:] if b is not None else ""
-            if b is None or name not in {f["name"] for f in b.manifest["files"]}:
+            entry = next((f for f in b.manifest["files"] if f["name"] == name), None) if b is not None else None
+            if entry is None:
                 return None   # only what the manifest lists (names checked by read_bundle)
             file = b.path / name
             if file.is_symlink() or file.parent.is_symlink() or not file.is_file():
                 raise PermissionError(name)
+            data = file.read_bytes()
+            if hashlib.sha256(data).hexdigest() != entry["sha256"]:   # re-baked while the page is open
+                raise ChangedOnDisk(f"{b.id}/{name} changed since bakery view started; restart it")
             if head == "bundle":
-                return file.read_bytes(), mimetypes.guess_type(name)[0] or "application/octet-stream"
-            return _pack_levels(texture_levels(file)), "application/octet-stream"
+                return data, mimetypes.guess_type(name)[0] or "application/octet-stream"
+            return _pack_levels(texture_levels(name, data)), "application/octet-stream"
         return None
 
     @staticmethod
