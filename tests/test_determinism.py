@@ -58,6 +58,12 @@ def test_a_second_bake_whose_process_dies_fails_in_one_line(project):
     assert "dies/photos/a: the second bake's process died" in r.stderr and "Traceback" not in r.output
 
 
+def test_a_dry_run_cannot_verify(project):
+    r = CliRunner().invoke(bake_cmd, ["pipeline.toml", "--verify-determinism", "--dry-run"])
+    assert r.exit_code == 2 and "--verify-determinism: bakes every task a second time" in r.stderr, r.output
+    assert not (project / "out").exists()
+
+
 def test_first_difference_names_missing_and_extra_files():
     a = {"x.bin": [1, "aa"], "y.bin": [1, "bb"]}
     assert first_difference(a, dict(a)) is None
