@@ -25,8 +25,8 @@ from urllib.parse import unquote, urlparse
 import numpy as np
 
 STATIC = Path(__file__).resolve().parent / "static"
-#: The page's stylesheet and scripts, and the three.js files it imports.
-VENDOR = {"three": ("three", "build"), "three-addons": ("three", "examples", "jsm")}
+#: URL prefix -> folder under node_modules: three.js, as the page's import map names it.
+VENDOR = {"three": ("three", "build")}
 
 
 def node_modules() -> Path | None:
