@@ -45,10 +45,9 @@ GENERATED = {
     "striped_gradient": _ramp({"op": "add", "inputs": [
         {"op": "stripes_sine", "params": {"k": [6, 2], "phase": [0.3]}},
         {"op": "linear_gradient", "params": {"k": [0.5, 0], "offset": [0]}}]}, [0.1, 0.1, 0.4, 1.0, 0.9, 0.3], (0, 1.5)),
-    "checker_ramp": _ramp({"op": "checker", "params": {"frequency": [8], "offset": [0.1, 0.2], "sharpness": [30]}},
+    "checker_ramp": _ramp({"op": "checker", "params": {"frequency": [8], "offset": [0.1, 0.2]}},
                           [0.1, 0.2, 0.3, 0.9, 0.8, 0.6]),
-    "bricks": _ramp({"op": "bricks", "params": {"count": [4, 8], "offset": [0, 0], "mortar": [0.012],
-                                                "sharpness": [400]}}, [0.8, 0.8, 0.75, 0.6, 0.2, 0.1]),
+    "bricks": _ramp({"op": "bricks", "params": {"count": [4, 8], "offset": [0, 0], "mortar": [0.012]}}, [0.8, 0.8, 0.75, 0.6, 0.2, 0.1]),
     "saw_bands": _ramp({"op": "stripes_saw", "params": {"k": [0, 5], "phase": [0.1]}},
                        [0.2, 0.3, 0.1, 0.9, 0.9, 0.5, 0.3, 0.1, 0.1], (0.0, 0.6, 1.0)),
     "rings": _ramp({"op": "polar", "params": {"center": [0.5, 0.5], "scale": [1]}, "inputs": [
@@ -62,7 +61,7 @@ GENERATED = {
                     [0.2, 0.4, 0.8, 0.8, 0.85, 0.9, 1, 1, 1], (0.2, 0.55, 0.8)),
     "marble": _ramp({"op": "warp", "params": {"frequency": [3], "amplitude": [0.15], "offset": [2, 5]}, "inputs": [
         {"op": "stripes_sine", "params": {"k": [5, 3], "phase": [0]}}]}, [0.95, 0.93, 0.9, 0.35, 0.3, 0.3]),
-    "spots": _ramp({"op": "threshold", "params": {"level": [0.6], "sharpness": [25]}, "inputs": [
+    "spots": _ramp({"op": "threshold", "params": {"level": [0.6]}, "inputs": [
         {"op": "value_noise", "params": {"frequency": [10], "offset": [3, 4]}}]}, [0.8, 0.6, 0.3, 0.3, 0.15, 0.05]),
 }
 

@@ -33,16 +33,15 @@ GENERATORS = {
         {"op": "stripes_sine", "params": {"k": [6, 2], "phase": [0.3]}},
         {"op": "linear_gradient", "params": {"k": [0.5, 0], "offset": [0]}}]},
         [0.1, 0.1, 0.4, 1.0, 0.9, 0.3], (0.0, 1.5)),
-    "checker_ramp": ramp({"op": "checker", "params": {"frequency": [8], "offset": [0.1, 0.2], "sharpness": [30]}},
+    "checker_ramp": ramp({"op": "checker", "params": {"frequency": [8], "offset": [0.1, 0.2]}},
                          [0.1, 0.2, 0.3, 0.9, 0.8, 0.6]),
-    "bricks": ramp({"op": "bricks", "params": {"count": [4, 8], "offset": [0, 0], "mortar": [0.012],
-                                               "sharpness": [400]}}, [0.8, 0.8, 0.75, 0.6, 0.2, 0.1]),
+    "bricks": ramp({"op": "bricks", "params": {"count": [4, 8], "offset": [0, 0], "mortar": [0.012]}}, [0.8, 0.8, 0.75, 0.6, 0.2, 0.1]),
 }
 
 #: Exercises every operator once.
 EVERY_OP = {"op": "add", "inputs": [
     {"op": "mix", "inputs": [
-        {"op": "threshold", "params": {"level": [0.5], "sharpness": [8]}, "inputs": [
+        {"op": "threshold", "params": {"level": [0.5]}, "inputs": [
             {"op": "multiply", "inputs": [
                 {"op": "fbm", "attrs": {"octaves": 3, "basis": "value"},
                  "params": {"frequency": [5], "gain": [0.5], "offset": [1, 2]}},
@@ -58,7 +57,7 @@ EVERY_OP = {"op": "add", "inputs": [
         {"op": "constant", "params": {"colour": [0.2, 0.2, 0.2]}},
         ramp({"op": "add", "inputs": [
             {"op": "radial_gradient", "params": {"center": [0.3, 0.4], "scale": [1], "offset": [0]}},
-            {"op": "bricks", "params": {"count": [3, 6], "offset": [0, 0], "mortar": [0.02], "sharpness": [200]}}]},
+            {"op": "bricks", "params": {"count": [3, 6], "offset": [0, 0], "mortar": [0.02]}}]},
             [1, 1, 1, 0, 0, 0])]}]}
 
 

@@ -22,8 +22,12 @@ from bakery.stages.procedural.dsl import (COLOUR, FIELD, OPS, Node, ProgramError
                                           node_type, program_document)
 
 #: Field primitives (leaves), in the order generation 0 tries them.
-LEAVES = ("linear_gradient", "radial_gradient", "stripes_sine", "stripes_saw", "checker", "bricks",
-          "value_noise", "gradient_noise", "fbm", "worley")
+LEAVES = ("linear_gradient", "radial_gradient", "stripes_sine", "stripes_saw", "stripes_triangle", "checker",
+          "bricks", "value_noise", "gradient_noise", "fbm", "worley")
+#: Domain transforms a field can be wrapped in.
+WRAPS = ("warp_sine", "warp_triangle", "warp", "polar")
+#: A fitted cell layout's per-cell variation: the same cells, hashed (stochastic materials).
+CELLS = {"bricks": ("brick_cells", ("count", "offset")), "worley": ("worley_cells", ("frequency", "jitter", "offset"))}
 
 
 def leaf(op: str) -> Node:
@@ -58,12 +62,17 @@ def mutations(program: Node) -> list[Node]:
             if not n.inputs:  # swap a leaf for another primitive
                 out += [_replace_at(program, path, leaf(op)) for op in LEAVES if op != n.op]
             out.append(_replace_at(program, path, Node("threshold", (n,), (), ())))
-            for wrap in ("warp", "polar"):
+            for wrap in WRAPS:
                 if n.op != wrap:
                     out.append(_replace_at(program, path, Node(wrap, (n,), (), ())))
+            if n.op in CELLS and n.params:  # vary each cell: add its hashed id, same layout
+                op, shared = CELLS[n.op]
+                given = n.param
+                params = tuple((p.name, given[p.name] if p.name in shared else (0.3,)) for p in OPS[op].params)
+                out.append(_replace_at(program, path, Node("add", (n, Node(op, (), (), params)), (), ())))
             for comb in ("add", "multiply"):
                 out += [_replace_at(program, path, Node(comb, (n, leaf(op)), (), ())) for op in LEAVES]
-        if n.op in ("threshold", "warp", "polar") and node_type(n.inputs[0]) == t:
+        if n.op in ("threshold",) + WRAPS and node_type(n.inputs[0]) == t:
             out.append(_replace_at(program, path, n.inputs[0]))  # unwrap
         if n.op in ("add", "multiply"):
             out += [_replace_at(program, path, c) for c in n.inputs]
