@@ -47,7 +47,12 @@ EVERY_OP = {"op": "add", "inputs": [
                  "params": {"frequency": [5], "gain": [0.5], "offset": [1, 2]}},
                 {"op": "worley", "params": {"frequency": [6], "jitter": [0.8], "offset": [0, 1]}}]}]},
         ramp({"op": "warp", "params": {"frequency": [3], "amplitude": [0.1], "offset": [2, 3]}, "inputs": [
-            {"op": "stripes_saw", "params": {"k": [3, 1], "phase": [0.2]}}]}, [0.2, 0.1, 0.0, 0.9, 0.5, 0.2]),
+            {"op": "warp_sine", "params": {"k": [0, 2], "amplitude": [0.05, 0], "phase": [0.25]}, "inputs": [
+                {"op": "warp_triangle", "params": {"k": [1, 0], "amplitude": [0, 0.03], "phase": [0]}, "inputs": [
+                    {"op": "add", "inputs": [
+                        {"op": "stripes_saw", "params": {"k": [3, 1], "phase": [0.2]}},
+                        {"op": "stripes_triangle", "params": {"k": [2, 0], "phase": [0.1]}}]}]}]}]},
+             [0.2, 0.1, 0.0, 0.9, 0.5, 0.2]),
         ramp({"op": "polar", "params": {"center": [0.5, 0.5], "scale": [2]}, "inputs": [
             {"op": "add", "inputs": [
                 {"op": "gradient_noise", "params": {"frequency": [4], "offset": [0, 0]}},
@@ -57,7 +62,12 @@ EVERY_OP = {"op": "add", "inputs": [
         {"op": "constant", "params": {"colour": [0.2, 0.2, 0.2]}},
         ramp({"op": "add", "inputs": [
             {"op": "radial_gradient", "params": {"center": [0.3, 0.4], "scale": [1], "offset": [0]}},
-            {"op": "bricks", "params": {"count": [3, 6], "offset": [0, 0], "mortar": [0.02]}}]},
+            {"op": "add", "inputs": [
+                {"op": "bricks", "params": {"count": [3, 6], "offset": [0, 0], "mortar": [0.02]}},
+                {"op": "add", "inputs": [
+                    {"op": "brick_cells", "params": {"count": [3, 6], "offset": [0, 0], "amount": [0.3]}},
+                    {"op": "worley_cells", "params": {"frequency": [4], "jitter": [0.8], "offset": [0, 0],
+                                                      "amount": [0.2]}}]}]}]},
             [1, 1, 1, 0, 0, 0])]}]}
 
 
@@ -91,7 +101,7 @@ def test_program_json_round_trips_and_counts_nodes():
     node = program(EVERY_OP)
     assert dsl.from_json(dsl.program_document(node)) == dsl.from_json(json.loads(json.dumps(dsl.program_document(node))))
     assert dsl.complexity(program(GENERATORS["striped_gradient"])) == 4
-    assert dsl.complexity(node) == len(list(node.walk())) == 20
+    assert dsl.complexity(node) == len(list(node.walk())) == 28
     assert dsl.instructions(node) > dsl.instructions(program(GENERATORS["checker_ramp"])) > 0
     values = dsl.flatten(node)
     assert values.size == dsl.param_count(node)
@@ -113,14 +123,33 @@ def test_malformed_programs_are_refused_with_the_path(bad, problem):
 
 
 # -- shader emission -------------------------------------------------------------------------
-def test_emitted_slang_renders_what_the_search_evaluates(device):
+@pytest.mark.parametrize("tile", [False, True])
+def test_emitted_slang_renders_what_the_search_evaluates(device, tile):
     for obj in (EVERY_OP, *GENERATORS.values()):
         node = program(obj)
-        searched = fit.render_program(device, node, SIZE, SIZE)
-        shipped = render_shader(device, node, SIZE, SIZE)
+        searched = fit.render_program(device, node, SIZE, SIZE, tile=tile)
+        shipped = render_shader(device, node, SIZE, SIZE, tile=tile)
         assert np.isfinite(searched).all()
         np.testing.assert_allclose(shipped, searched, atol=2e-5)
     assert searched.std() > 0.05  # a real image, not a constant
+    if tile:  # whole frequencies and wrapped lattices: one period on is the same image
+        mix = EVERY_OP["inputs"][0]
+        cells = EVERY_OP["inputs"][1]["inputs"][1]["inputs"][0]["inputs"][1]  # bricks + cell hashes
+        node = program({"op": "mix", "inputs": [*mix["inputs"][:2], ramp(cells, [0.1, 0.2, 0.3, 0.9, 0.8, 0.7])]})
+        assert dsl.periodic(node) and not dsl.periodic(program(EVERY_OP))
+        moved = render_shader(device, node, SIZE, SIZE, tile=True, origin=(1.0, -1.0))
+        np.testing.assert_allclose(moved, render_shader(device, node, SIZE, SIZE, tile=True), atol=1e-4)
+
+
+def test_hard_edges_are_box_filtered_over_the_pixel(device):
+    """An edge drawn at 64^2 covers each pixel as much as the 512^2 drawing does on
+    average over that pixel (what an anti-aliased shader draws), not a learned blur."""
+    for obj in (GENERATORS["checker_ramp"], GENERATORS["bricks"]):
+        node = program(obj)
+        small = render_shader(device, node, SIZE, SIZE)
+        fine = render_shader(device, node, 8 * SIZE, 8 * SIZE).reshape(SIZE, 8, SIZE, 8, 3).mean(axis=(1, 3))
+        assert psnr(small, fine) > 35.0
+        assert np.abs(small - fine).max() < 0.2
 
 
 def test_hlsl_and_glsl_sources_define_the_function():
@@ -129,6 +158,7 @@ def test_hlsl_and_glsl_sources_define_the_function():
         text = codegen.generate(node, lang)
         assert "bakery_procedural(" in text and "bk_fbm(" in text
         assert "[Differentiable]\n" not in text and "no_diff" not in text
+    assert "bk_warp_sine(" in text and "bk_brick_cells(" in text and "bk_worley_cells(" in text
     glsl = codegen.generate(node, "glsl")
     assert "#define float3 vec3" in glsl and "bk_mix_mask(" in glsl and "static const" not in glsl
 
@@ -198,12 +228,55 @@ def test_known_programs_are_recovered(device, tmp_path, name):
     assert all(a["loss"] > b["loss"] for a, b in zip(front, front[1:]))
 
 
+#: Drawn here at 128^2, recovered at the stage's CPU preset (auto).
+EXACT = {
+    "two_colour_checker": (ramp({"op": "checker", "params": {"frequency": [6], "offset": [0, 0]}},
+                                [0.1, 0.15, 0.2, 0.9, 0.85, 0.7]), 35.0),
+    "sine_warped_stripes": (ramp({"op": "warp_sine", "params": {"k": [0, 2], "amplitude": [0.05, 0], "phase": [0.25]},
+                                  "inputs": [{"op": "stripes_sine", "params": {"k": [6, 0], "phase": [0]}}]},
+                                 [0.2, 0.1, 0.05, 0.95, 0.8, 0.6]), 30.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXACT))
+def test_drawn_programs_come_back_exactly_and_tile(device, tmp_path, name):
+    obj, floor = EXACT[name]
+    gen = program(obj)
+    target = render_shader(device, gen, 128, 128)
+    r = run_stage(write_png(tmp_path / f"{name}.png", target), tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    m = manifest["metrics"]
+    assert float(m["psnr_db"]) >= floor, (name, m)
+    assert m["complexity"] <= dsl.complexity(gen) + 2
+    doc = json.loads((tmp_path / "out" / "program.json").read_text())
+    found = dsl.from_json(doc, require_params=True)
+    if name == "two_colour_checker":  # the frequency a person would write, exactly
+        assert [n.param["frequency"] for n in found.walk() if n.op == "checker"] == [(6.0,)]
+    # Both targets tile (whole frequencies), so the programs must: one period on, the same image.
+    assert manifest["tiling"]["target_tiles"] and doc["tile"] and m["tiles"]
+    here = render_shader(device, found, 128, 128, tile=True)
+    for origin in ((1.0, 0.0), (0.0, 1.0)):
+        assert np.abs(render_shader(device, found, 128, 128, tile=True, origin=origin) - here).max() < 1e-3
+    assert "tile3x3.png" in {f["name"] for f in manifest["files"]}
+
+
+def test_seams_decide_whether_a_target_tiles():
+    from bakery.stages.procedural.search import tiling
+    v, u = np.mgrid[0:64, 0:64] / 64.0
+    gradient = np.repeat(u[:, :, None], 3, axis=2)
+    stripes = np.repeat((0.5 + 0.5 * np.sin(2 * np.pi * (3 * u + 2 * v)))[:, :, None], 3, axis=2)
+    edge_on_border = np.repeat(((u < 0.5) ^ (v < 0.5)).astype(float)[:, :, None], 3, axis=2)
+    assert not tiling(gradient)[0]
+    assert tiling(stripes)[0] and tiling(edge_on_border)[0]
+
+
 def test_same_seed_gives_the_same_bytes(device, tmp_path):
     target = render_shader(device, program(GENERATORS["checker_ramp"]), SIZE, SIZE)
     img = write_png(tmp_path / "t.png", target)
     for k in ("a", "b"):
         assert run_stage(img, tmp_path / k, *SMALL).exit_code == 0
-    for f in ("program.json", "render.png", "procedural.slang", "pareto.json", "manifest.json"):
+    for f in ("program.json", "render.png", "tile3x3.png", "procedural.slang", "pareto.json", "manifest.json"):
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
 
 
@@ -265,7 +338,7 @@ def test_external_proposer_command_programs_are_fitted(device, tmp_path, caplog,
     target = render_shader(device, program(GENERATORS["checker_ramp"]), SIZE, SIZE)
     img = write_png(tmp_path / "t.png", target)
     with caplog.at_level(logging.WARNING):
-        r = run_stage(img, tmp_path / "out", *SMALL, f"proposer=cmd:{sys.executable} {script}")
+        r = run_stage(img, tmp_path / "out", *SMALL, "tile=no", f"proposer=cmd:{sys.executable} {script}")
     assert r.exit_code == 0, r.output
     assert "proposer program 0 skipped: root.inputs: mix takes 3 input(s)" in caplog.text
     search = json.loads((tmp_path / "out" / "manifest.json").read_text())["search"]

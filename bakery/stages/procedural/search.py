@@ -18,7 +18,7 @@ import numpy as np
 from bakery.baselines.resample import downsample_area
 from bakery.stages.procedural import texture_stats
 from bakery.stages.procedural.dsl import (COLOUR_STEP, INTEGER, RATIONAL, Node, complexity, flatten, instructions,
-                                          param_snaps, periodic, with_params)
+                                          param_scales, param_snaps, periodic, with_params)
 from bakery.stages.procedural.fit import FitConfig, fit_jobs, screen_jobs
 
 
@@ -147,11 +147,14 @@ def initial_values(node: Node, hints: Hints, rng: np.random.Generator, restart: 
     if op == "radial_gradient":
         c = (0.5, 0.5) if restart == 0 else tuple(rng.uniform(0.2, 0.8, 2))
         return {"center": c, "scale": (rng.uniform(1.0, 2.0),), "offset": (0.0,)}
+    # Edges give gradients only where they lie, so offsets start on a grid the screening
+    # walks (draw r: a 4 x 4 grid of cell fractions), not at random.
+    grid = ((restart % 4) / 4.0, (restart // 4 % 4) / 4.0)
     if op in ("stripes_sine", "stripes_saw", "stripes_triangle"):
-        return {"k": peak, "phase": (rng.uniform(0, 1),)}
+        return {"k": peak, "phase": ((restart % 16) / 16.0,)}
     if op == "checker":
         f = 2.0 * max(abs(peak[0]), abs(peak[1]))
-        return {"frequency": (f,), "offset": tuple(rng.uniform(0, 1, 2))}
+        return {"frequency": (f,), "offset": grid}
     if op in ("bricks", "brick_cells"):
         # The fundamental along each axis: the smallest non-zero frequency among the peaks.
         fx = min([abs(k[0]) for k in hints.peaks if k[0]] or [4.0])
@@ -159,7 +162,7 @@ def initial_values(node: Node, hints: Hints, rng: np.random.Generator, restart: 
                  or [8.0])
         count = (fx, fy) if restart == 0 else (fx * rng.choice([0.5, 1, 1, 2]), fy * rng.choice([0.5, 1, 1, 2]))
         count = (max(1.0, count[0]), max(1.0, count[1]))
-        return {"count": count, "offset": tuple(rng.uniform(0, 1, 2)), "mortar": (0.1 / max(count),),
+        return {"count": count, "offset": grid, "mortar": (0.1 / max(count),),
                 "amount": (0.3,)}
     if op in ("value_noise", "gradient_noise"):
         f = radial if restart % 2 == 0 else float(np.exp(rng.uniform(np.log(2), np.log(16))))
@@ -423,10 +426,11 @@ class Search:
         # Offsets, phases, levels and ramp positions together at their simplest nearby
         # fractions, the colours re-fitted around them (a ramp's stops and colours trade off).
         fractions = np.array([k == RATIONAL and not frozen[i] for i, k in enumerate(kinds)])
+        scales = param_scales(structure)
         if fractions.any():
             joint = values.copy()
-            for i in np.flatnonzero(fractions):
-                joint[i] = _simplest(values[i], DENOMINATORS[RATIONAL], 0.02 * max(1.0, abs(values[i])))
+            for i in np.flatnonzero(fractions):  # within 2% of the slot's unit (ParamSpec.scale)
+                joint[i] = _simplest(values[i], DENOMINATORS[RATIONAL], 0.02 * scales[i])
             if not np.array_equal(joint, values):
                 fit = FitConfig(**{**self.config.fit.__dict__, "steps": max(20, self.config.fit.steps // 2),
                                    "lr": self.config.fit.lr * 0.25, "blur": 1.0,
@@ -445,7 +449,7 @@ class Search:
                 continue
             seen = {float(values[i])}
             for d in DENOMINATORS[kind]:
-                c = float(np.round(values[i] * d) / d)
+                c = float(np.round(values[i] * d) / d) + 0.0
                 if kind == COLOUR_STEP:
                     c = min(1.0, max(0.0, c))
                 if c in seen:
