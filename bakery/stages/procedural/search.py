@@ -43,16 +43,21 @@ def _simplest(value: float, denominators: Sequence[int], tolerance: float) -> fl
 def tiling(image: np.ndarray) -> tuple[bool, float]:
     """Whether ``image`` tiles: on each axis the step across the wrapped seam (last
     column to first, last row to first) is no larger than the largest step between
-    neighbouring columns (rows) inside, so an edge on the border still counts as seamless
-    while a gradient or unbounded noise does not. Returns the verdict and the worse
-    axis' ratio of seam step to largest inner step (mean squared differences)."""
+    neighbouring columns (rows) inside, and so is the change of slope there (second
+    difference), so an edge on the border still counts as seamless while a gradient,
+    unbounded noise or a mirror-symmetric pattern (equal edges, slopes that flip) does
+    not. Returns the verdict and the worst ratio of seam to largest inner value (mean
+    squared differences)."""
     img = np.asarray(image, np.float64)[:, :, :3]
     ratios = []
     for axis in (0, 1):
         a = np.moveaxis(img, axis, 0)
-        seam = float(np.mean((a[0] - a[-1]) ** 2))
-        inner = float(np.max(np.mean((a[1:] - a[:-1]) ** 2, axis=tuple(range(1, a.ndim)))))
-        ratios.append(seam / max(inner, 1e-8) if seam > 1e-8 else 0.0)
+        wrapped = np.concatenate([a[-2:], a[:2]])  # ..., a[-2], a[-1] | a[0], a[1]
+        for seam, inner in ((np.diff(wrapped, axis=0)[1:2], np.diff(a, axis=0)),
+                            (np.diff(wrapped, 2, axis=0)[:2], np.diff(a, 2, axis=0))):
+            s = float(np.max(np.mean(seam ** 2, axis=tuple(range(1, a.ndim)))))
+            i = float(np.max(np.mean(inner ** 2, axis=tuple(range(1, a.ndim)))))
+            ratios.append(s / max(i, 1e-8) if s > 1e-8 else 0.0)
     worst = max(ratios)
     return worst <= 1.25, worst
 

@@ -38,7 +38,7 @@ MIN_SIZE = 32
 PRESETS = Presets({
     "cpu": {"preview": dict(generations=1, population=6, beam=2, restarts=2, steps=80, batch=1024, fit_size=48,
                             refine_steps=60),
-            "production": dict(generations=2, population=10, beam=2, restarts=2, steps=100, batch=1024, fit_size=48,
+            "production": dict(generations=2, population=10, beam=3, restarts=2, steps=100, batch=1024, fit_size=48,
                                refine_steps=100),
             "final": dict(generations=3, population=16, beam=3, restarts=4, steps=180, batch=1024, fit_size=64,
                           refine_steps=400)},
