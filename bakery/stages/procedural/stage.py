@@ -18,9 +18,10 @@ import numpy as np
 from bakery.baselines import bcn
 from bakery.baselines.resample import downsample_area
 from bakery.errors import UsageError
-from bakery.formats.images import encode_png, load_image, psnr
-from bakery.stages import Param, Stage, StageResult, register
-from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_record
+from bakery.formats.images import encode_png, load_image
+from bakery.imaging import psnr
+from bakery.stages.base import Stage, StageResult, register
+from bakery.stages.params import AUTO, QUALITY, Param, Presets
 from bakery.stages.procedural import codegen, texture_stats
 from bakery.stages.procedural.dsl import complexity, instructions, param_count, program_document
 from bakery.stages.procedural.fit import FitConfig
@@ -59,6 +60,7 @@ class Procedural(Stage):
     version = "2"
     description = "find a compact procedural shader program that draws the texture"
     input_roles = ("image",)
+    presets = PRESETS
     params = (
         QUALITY,
         Param("generations", int, AUTO, "search generations", min=1, max=100),
@@ -90,8 +92,6 @@ class Procedural(Stage):
                              where=str(path), key="image")
         builtin, command = make_proposers(params["proposer"], ctx.log)
         device = ctx.device
-        dclass = device_class(device)
-        given, params = params, PRESETS.resolve(params, device_class=dclass)
         used = {k: params[k] for k in BUDGET}
         rgb = image[:, :, :3]
         scale = min(1.0, used["fit_size"] / max(h, w))
@@ -150,7 +150,7 @@ class Procedural(Stage):
             "tiling": {"target_seam_ratio": round(seam_ratio, 4), "target_tiles": seamless, "program_tiles": tile,
                        "period_error": round(seam, 6), "preview": "tile3x3.png"},
             "snapping": search.snaps,
-            "sizes": sizes, "resolved_params": resolved_record(given, params, device_class=dclass)})
+            "sizes": sizes})
 
 
 def _pareto_plot(search) -> bytes:
