@@ -100,10 +100,8 @@ def _emit(node: Node, slot: Callable[[int], str], period: Callable[[int], str]) 
             return var("float", f"bk_linear_gradient({uv}, {f2(*p['k'])}, {p['offset'][0]})")
         if op == "radial_gradient":
             return var("float", f"bk_radial_gradient({uv}, {f2(*p['center'])}, {p['scale'][0]}, {p['offset'][0]})")
-        if op in ("stripes_sine", "stripes_triangle"):
+        if op in ("stripes_sine", "stripes_saw", "stripes_triangle"):
             return var("float", f"bk_{op}({uv}, {f2(*p['k'])}, {p['phase'][0]})")
-        if op == "stripes_saw":
-            return var("float", f"bk_stripes_saw({uv}, {fw}, {f2(*p['k'])}, {p['phase'][0]})")
         if op == "checker":
             return var("float", f"bk_checker({uv}, {fw}, {p['frequency'][0]}, {f2(*p['offset'])})")
         if op == "bricks":

@@ -10,6 +10,7 @@ generator, so a search is reproducible.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -198,6 +199,10 @@ def initial_values(node: Node, hints: Hints, rng: np.random.Generator, restart: 
         n = int(node.attr["stops"])
         cols = hints.colours(n)
         if restart > 0:
+            # A ramp need not run dark to light: later draws try the stops in every order
+            # (the fit cannot carry one colour past another).
+            orders = list(itertools.permutations(range(n)))
+            cols = cols[list(orders[restart % len(orders)])]
             cols = np.clip(cols + rng.normal(0, 0.05, cols.shape), 0, 1)
         return {"positions": tuple(np.linspace(0, 1, n)), "colours": tuple(cols.reshape(-1))}
     if op == "constant":
