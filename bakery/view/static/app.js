@@ -519,7 +519,7 @@ async function viewImages(b, el) {
     row.append(figure(toCanvas(r.pixels, r.width, r.height, scaleFor(r.width)), 'decoded in WebGL (decoder.webgl.glsl)'));
   }
   const shown = { neural_texture: ['preview.png', 'reference.png', 'difference.png'],
-                  procedural: ['render.png', 'target.png', 'difference.png'],
+                  procedural: ['render.png', 'target.png', 'difference.png', 'tile3x3.png'],
                   fit: ['render.png', 'reference.png', 'difference.png'] }[b.type] || [];
   for (const name of shown) if (b.files[name]) row.append(image(b, name, name));
 }
