@@ -116,5 +116,5 @@ class Mipmap(Stage):
                 "render": {"light": params["light"], "tonemap": "reinhard x/(1+x)",
                            "space": "linear, tangent frame z up",
                            "held_out": "seed 0x4E1D0, hash streams 2/3 (training draws streams 0/1)"},
-                "size_policy": "powers of two on both sides, smaller side >= 8; no padding or cropping"},
+                "size_policy": "levels while both sides halve exactly, smaller side >= 4; no padding or cropping"},
                 "resolved_params": resolved_record(given, params, device_class=dclass)})

@@ -1,0 +1,182 @@
+"""A studio's texture library baked as it is: each naming convention's folder through
+``material = "lib/*"`` alone, packed maps, both normal conventions, non-square sizes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from bakery.cli import main
+from bakery.errors import UsageError
+from bakery.formats.images import encode_png
+from bakery.formats.reader import read_bundle
+from bakery.imaging import to_uint8
+from bakery.materials import load_material, load_textures
+from bakery.naming import detect_roles
+from bakery.pipeline.config import load_pipeline
+
+from tests.studio_sets import CONVENTIONS, ROLES_OF, reference_maps, write_set
+
+MIPS = 'type = "mipmap"\ninputs = ["lib"]\nparams = { steps = 2, pairs = 2, eval_pairs = 2, format = "uncompressed" }'
+
+
+def _project(root: Path, stages: str, conventions=CONVENTIONS, maps=None) -> Path:
+    maps = maps or reference_maps()
+    for c in conventions:
+        write_set(root / "lib" / c, c, maps)
+    (root / "pipeline.toml").write_text(f'[project]\nname = "lib"\n\n[assets.lib]\nmaterial = "lib/*"\n\n{stages}\n')
+    return root / "pipeline.toml"
+
+
+def _bake(toml: Path, *extra):
+    return CliRunner().invoke(main, ["bake", str(toml), *extra], catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lib")
+    return load_pipeline(_project(root, f"[stages.mips]\n{MIPS}"))
+
+
+@pytest.mark.parametrize("convention", CONVENTIONS)
+def test_each_convention_puts_every_role_in_its_channel(library, convention):
+    (asset,) = [a for a in library.assets["lib"] if a.name == f"lib/{convention}"]
+    textures = load_textures(asset.files)
+    want = reference_maps()
+    assert sorted(textures) == sorted(ROLES_OF[convention])
+    for role in textures:  # exact: 8-bit packs, DirectX flips and smoothness are exact on the grid
+        np.testing.assert_array_equal(textures[role], want[role], err_msg=f"{convention}: {role}")
+    assert textures.renormalised == 0
+
+
+def test_the_library_bakes_through_material_glob_alone(tmp_path):
+    """Every convention bakes through mipmap; the bundle's level 0 is the generating maps
+    (roles in the right channels, DirectX normals equal to their OpenGL twins)."""
+    toml = _project(tmp_path, f"[stages.mips]\n{MIPS}", conventions=("substance", "unreal", "unity-hdrp"))
+    r = _bake(toml)
+    assert r.exit_code == 0, r.output
+    want = reference_maps()
+    normals = {}
+    for c in ("substance", "unreal", "unity-hdrp"):
+        b = read_bundle(tmp_path / "out" / "mips" / "lib" / c)
+        h, w = want["normal"].shape[:2]
+        normal = np.frombuffer(b.textures["normal.dds"].levels[0][0], np.uint8).reshape(h, w, 4)
+        rough = np.frombuffer(b.textures["roughness.dds"].levels[0][0], np.uint8).reshape(h, w, 1)
+        assert np.abs(normal[..., :3] / 255.0 - want["normal"]).max() <= 1.5 / 255, c
+        np.testing.assert_array_equal(rough, to_uint8(want["roughness"]), err_msg=c)
+        normals[c] = (tmp_path / "out" / "mips" / "lib" / c / "normal.dds").read_bytes()
+    assert normals["unreal"] == normals["substance"] == normals["unity-hdrp"]   # DirectX in, the same chain out
+
+
+def test_packed_orm_equals_the_same_maps_given_separately_byte_for_byte(tmp_path):
+    stages = ('[stages.ntc]\ntype = "ntc"\ninputs = ["lib"]\n'
+              'params = { bpp = 16.0, steps = 8, batch = 1024 }')
+    maps = {r: a for r, a in reference_maps(64, 64).items() if r != "height"}   # Unreal's set has no height
+    bundles = {}
+    for convention in ("separate", "unreal"):   # unreal: ORM and a DirectX normal
+        root = tmp_path / convention
+        write_set(root / "lib" / "rock", convention, maps)
+        (root / "pipeline.toml").write_text(f'[assets.lib]\nmaterial = "lib/*"\n\n{stages}\n')
+        r = _bake(root / "pipeline.toml")
+        assert r.exit_code == 0, r.output
+        bundles[convention] = root / "out" / "ntc" / "lib" / "rock"
+    a, b = bundles["separate"], bundles["unreal"]
+    names = sorted(p.name for p in a.iterdir())
+    assert names == sorted(p.name for p in b.iterdir()) and "weights.bin" in names
+    for name in names:
+        if name != "manifest.json":
+            assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    ma, mb = (json.loads((d / "manifest.json").read_text()) for d in (a, b))
+    assert ma["ntc"] == mb["ntc"] and ma["metrics"] == mb["metrics"]
+
+
+def test_explicit_channels_win_over_detection(tmp_path):
+    maps = reference_maps()
+    folder = write_set(tmp_path / "lib" / "m", "unreal", maps)
+    swapped = np.concatenate([maps["metalness"], maps["roughness"], maps["ao"]], -1)  # a studio's own MRA
+    (folder / "T_Barrel_ORM.png").write_bytes(encode_png(swapped))
+    found = detect_roles(folder, explicit={"metalness": "orm.r", "ao": "ORM.b"})
+    assert (found["metalness"].channels, found["ao"].channels, found["roughness"].channels) == ("r", "b", "g")
+    files = {b.key(): b.path for b in found.values()}
+    t = load_textures(files)
+    for role in ("metalness", "roughness", "ao"):
+        np.testing.assert_array_equal(t[role], maps[role])
+    (tmp_path / "pipeline.toml").write_text('[assets.m]\nmaterial = "lib/*"\n'
+                                            'channels = { metalness = "orm.r", ao = "orm.b" }\n'
+                                            '[stages.s]\ntype = "ntc"\ninputs = ["m"]\n')
+    (asset,) = load_pipeline(tmp_path / "pipeline.toml").assets["m"]
+    assert set(asset.files) == {"albedo", "normal.dx", "metalness.r", "roughness.g", "ao.b"}
+
+
+def test_off_unit_normals_are_renormalised_and_counted_zero_length_refused(tmp_path):
+    maps = reference_maps(16, 16)
+    n = maps["normal"].copy()
+    n[2, 3] = 0.5 + 0.5 * (n[2, 3] * 2 - 1) * 0.7            # a JPEG-like short texel
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "normal.png").write_bytes(encode_png(n))
+    t = load_textures({"normal": folder / "normal.png"})
+    assert t.renormalised == 1
+    assert abs(np.linalg.norm(t["normal"][2, 3] * 2 - 1) - 1) < 0.02
+    n[5, 7] = 0.5
+    (folder / "normal.png").write_bytes(encode_png(n))
+    with pytest.raises(UsageError, match=r"1 texel\(s\) have no direction \(first at x=7, y=5"):
+        load_textures({"normal": folder / "normal.png"})
+
+
+def test_two_channel_normals_get_z_and_albedo_alpha_becomes_opacity(tmp_path):
+    maps = reference_maps(16, 16)
+    (tmp_path / "n.png").write_bytes(encode_png(np.concatenate([maps["normal"][..., :2], maps["opacity"]], -1)[..., :2]))
+    (tmp_path / "a.png").write_bytes(encode_png(np.concatenate([maps["albedo"], maps["opacity"]], -1)))
+    t = load_textures({"normal.rg": tmp_path / "n.png", "albedo": tmp_path / "a.png"})
+    assert np.abs(t["normal"] - maps["normal"]).max() < 0.02
+    np.testing.assert_array_equal(t["albedo"], maps["albedo"])
+    np.testing.assert_array_equal(t["opacity"], maps["opacity"])
+    assert load_material({"albedo": tmp_path / "a.png"}).roles == ("albedo", "opacity")
+
+
+def test_non_square_npot_set_bakes_through_every_material_stage(tmp_path):
+    maps = reference_maps(60, 100)   # 100x60 (the 4096^2 benchmark's little sibling of 1000x600)
+    stages = "\n".join([
+        f"[stages.mips]\n{MIPS}",
+        '[stages.ntc]\ntype = "ntc"\ninputs = ["lib"]\nparams = { bpp = 16.0, steps = 4, batch = 512 }',
+        '[stages.nm]\ntype = "neural_material"\ninputs = ["lib"]\n'
+        'params = { steps = 2, batch = 128, eval_directions = 2, finetune_steps = 0 }',
+    ])
+    toml = _project(tmp_path, stages, conventions=("gltf",), maps=maps)
+    r = _bake(toml)
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "out"
+    mips = json.loads((out / "mips" / "lib" / "gltf" / "manifest.json").read_text())
+    assert [(row["width"], row["height"]) for row in mips["metrics"]["levels"]] == [(50, 30), (25, 15)]
+    ntc = json.loads((out / "ntc" / "lib" / "gltf" / "manifest.json").read_text())
+    mips_ntc = [(m["width"], m["height"]) for m in ntc["ntc"]["latents"]["color_mips"]]
+    assert mips_ntc[:4] == [(100, 60), (50, 30), (25, 15), (12, 7)] and mips_ntc[-1] == (1, 1)   # max(1, n >> k)
+    assert ntc["ntc"]["material"]["roles"][-1] == "opacity"    # the base colour's alpha
+    nm = json.loads((out / "nm" / "lib" / "gltf" / "manifest.json").read_text())
+    assert (nm["neural_material"]["material"]["width"], nm["neural_material"]["material"]["height"]) == (100, 60)
+
+
+def test_an_undetectable_folder_is_one_line_listing_files_suffixes_and_syntax(tmp_path):
+    (tmp_path / "lib" / "m").mkdir(parents=True)
+    for name in ("rock_colour.png", "rock_bump.png"):
+        (tmp_path / "lib" / "m" / name).write_bytes(encode_png(np.zeros((8, 8, 3))))
+    (tmp_path / "pipeline.toml").write_text('[assets.m]\nmaterial = "lib/*"\n[stages.s]\ntype = "ntc"\ninputs = ["m"]\n')
+    r = _bake(tmp_path / "pipeline.toml")
+    assert r.exit_code == 2
+    (line,) = [ln for ln in r.output.splitlines() if "error" in ln]
+    for part in ("rock_bump.png", "rock_colour.png", "_basecolor", "_nor_gl", "channels = {"):
+        assert part in line, part
+
+
+def test_inspect_inputs_prints_role_file_channel_and_convention(tmp_path):
+    write_set(tmp_path / "lib" / "ph", "polyhaven", reference_maps(8, 8))
+    r = CliRunner().invoke(main, ["inspect-inputs", str(tmp_path / "lib")])
+    assert r.exit_code == 0, r.output
+    assert "roughness  <- rock_wall_arm_1k.png.g" in r.output
+    assert "normal     <- rock_wall_nor_dx_1k.png  (normal DirectX -Y" in r.output
+    assert "height     <- rock_wall_disp_1k.exr" in r.output
