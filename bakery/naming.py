@@ -122,9 +122,9 @@ def detect_roles(folder: Path, *, explicit: Mapping[str, str] | None = None,
         if len(dedicated) == 2 and {b.convention for b in dedicated} == {"gl", "dx"} and role == "normal":
             dedicated = [b for b in dedicated if b.convention == "gl"]
         if len(dedicated) > 1 and not (explicit and role in explicit):
-            names = ", ".join(b.describe(folder) for b in dedicated)
-            raise UsageError(f"role {role!r} is ambiguous ({names}); declare it: "
-                             f"channels = {{ {role} = \"FILE.CHANNELS\" }}", where=str(folder), key=role)
+            names = " and ".join(b.describe(folder) for b in dedicated)
+            raise UsageError(f"two files for role {role!r} in {_shown(folder)}: {names}; keep one or declare "
+                             f"it: channels = {{ {role} = \"FILE.CHANNELS\" }}", key=role)
         out[role] = dedicated[0]
     for role, ref in (explicit or {}).items():
         out[role] = parse_channel_ref(role, ref, folder)
@@ -138,9 +138,17 @@ def detect_roles(folder: Path, *, explicit: Mapping[str, str] | None = None,
 def undetected(folder: Path, files: list[Path]) -> UsageError:
     """The one-line error of a folder where no file's name says its role."""
     seen = ", ".join(p.name for p in files[:12]) + (f" (+{len(files) - 12} more)" if len(files) > 12 else "")
-    return UsageError(f"no file's name says its role (files: {seen or 'none'}; known suffixes: "
-                      f"{', '.join('_' + s for s in known_suffixes())}); name them so or declare them: "
-                      "channels = { albedo = \"FILE\", roughness = \"FILE.g\", ... }", where=str(folder), key="material")
+    return UsageError(f"no file's name in {_shown(folder)} says its role (files: {seen or 'none'}; known "
+                      f"suffixes: {', '.join('_' + s for s in known_suffixes())}); name them so or declare them: "
+                      "channels = { albedo = \"FILE\", roughness = \"FILE.g\", ... }", key="material")
+
+
+def _shown(folder: Path) -> str:
+    """``folder`` relative to the working directory when below it (shorter messages)."""
+    try:
+        return str(Path(folder).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(folder)
 
 
 def parse_channel_ref(role: str, ref: str, folder: Path) -> Binding:

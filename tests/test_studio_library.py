@@ -75,7 +75,7 @@ def test_the_library_bakes_through_material_glob_alone(tmp_path):
 def test_packed_orm_equals_the_same_maps_given_separately_byte_for_byte(tmp_path):
     stages = ('[stages.ntc]\ntype = "ntc"\ninputs = ["lib"]\n'
               'params = { bpp = 16.0, steps = 8, batch = 1024 }')
-    maps = {r: a for r, a in reference_maps(64, 64).items() if r != "height"}   # Unreal's set has no height
+    maps = {r: a for r, a in reference_maps(64, 64).items() if r not in ("height", "opacity")}  # as Unreal
     bundles = {}
     for convention in ("separate", "unreal"):   # unreal: ORM and a DirectX normal
         root = tmp_path / convention
@@ -92,6 +92,17 @@ def test_packed_orm_equals_the_same_maps_given_separately_byte_for_byte(tmp_path
             assert (a / name).read_bytes() == (b / name).read_bytes(), name
     ma, mb = (json.loads((d / "manifest.json").read_text()) for d in (a, b))
     assert ma["ntc"] == mb["ntc"] and ma["metrics"] == mb["metrics"]
+    # decompressed in an engine layout, the set reads back as the same roles
+    runner = CliRunner()
+    sep, orm = tmp_path / "sep", tmp_path / "orm"
+    assert runner.invoke(main, ["decompress", str(a), "-o", str(sep), "--no-mips"]).exit_code == 0
+    r = runner.invoke(main, ["decompress", str(b), "-o", str(orm), "--no-mips", "--layout", "unreal"])
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in orm.iterdir()) == ["D.png", "N.png", "ORM.png"]
+    back, separate = load_textures({k: v.path for k, v in ((x.key(), x) for x in detect_roles(orm).values())}), \
+        load_textures({r: sep / f"{r}.png" for r in maps})
+    for role in maps:
+        np.testing.assert_array_equal(back[role], separate[role], err_msg=role)
 
 
 def test_explicit_channels_win_over_detection(tmp_path):
@@ -180,3 +191,30 @@ def test_inspect_inputs_prints_role_file_channel_and_convention(tmp_path):
     assert "roughness  <- rock_wall_arm_1k.png.g" in r.output
     assert "normal     <- rock_wall_nor_dx_1k.png  (normal DirectX -Y" in r.output
     assert "height     <- rock_wall_disp_1k.exr" in r.output
+
+
+@pytest.mark.parametrize("layout", ["unreal", "unity-hdrp"])
+def test_mipmap_writes_its_chains_in_an_engine_layout(tmp_path, layout):
+    maps = reference_maps(32, 32)
+    folder = write_set(tmp_path / "m", "gltf", maps)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["run", "mipmap", str(folder), "-o", str(out), "--param", "steps=2",
+                                  "--param", "pairs=2", "--param", "eval_pairs=2", "--param", "format=uncompressed",
+                                  "--param", f"layout={layout}"])
+    assert r.exit_code == 0, r.output
+    b = read_bundle(out)
+    level0 = {n.split(".")[0]: np.frombuffer(t.levels[0][0], np.uint8).reshape(32, 32, -1)
+              for n, t in b.textures.items() if n.endswith(".dds")}
+    normal, packed = (level0["N"], level0["ORM"]) if layout == "unreal" else (level0["NormalMap"], level0["MaskMap"])
+    flip = layout == "unreal"                                   # Unreal reads DirectX normals
+    want_g = 1.0 - maps["normal"][..., 1] if flip else maps["normal"][..., 1]
+    assert np.abs(normal[..., 1] / 255.0 - want_g).max() <= 1.5 / 255
+    if layout == "unreal":
+        for i, role in enumerate(("ao", "roughness", "metalness")):
+            np.testing.assert_array_equal(packed[..., i], to_uint8(maps[role])[..., 0], err_msg=role)
+    else:   # R metal, G AO, B detail mask, A smoothness
+        np.testing.assert_array_equal(packed[..., 0], to_uint8(maps["metalness"])[..., 0])
+        np.testing.assert_array_equal(packed[..., 1], to_uint8(maps["ao"])[..., 0])
+        np.testing.assert_array_equal(packed[..., 3], 255 - to_uint8(maps["roughness"])[..., 0])
+    names = {"unreal": {"D", "N", "ORM"}, "unity-hdrp": {"BaseColorMap", "NormalMap", "MaskMap"}}[layout]
+    assert set(level0) == names

@@ -373,7 +373,7 @@ def _material_assets(name: str, pattern: Any, root: Path, c: _Collector, generat
         try:
             files = role_files(d, ROLES, channels=channels, normal_convention=convention)
         except UsageError as e:
-            c.add(key, f"folder {display_path(d)}: {e.message}")
+            c.add(key, e.message)
             continue
         inst_name = f"{name}/{d.name}" if _is_glob(pattern) else name
         insts.append(Asset(inst_name, files, name))
