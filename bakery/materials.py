@@ -1,11 +1,14 @@
 """Texture roles and material texture sets: the one table of what a role is.
 
-A pipeline asset names its files by role (``image``, ``albedo``, ``normal``, ...); a
-material folder's files are matched to roles by stem. Stages that read a whole material
-stack its textures as one multi-channel image, in the table's role order, so a decoder's
-outputs map to textures the same way in every bundle. Colour (albedo) stays in its sRGB
-storage space: a loss compares what the engine will sample. Normals are 3 channels in
-[0, 1] storage space, renormalised after decoding.
+A pipeline asset names its files by role (``image``, ``albedo``, ``normal``, ...), each
+a :class:`Binding` (which file, which channels, which normal convention; a material
+folder's come from its file names, bakery.naming). :func:`load_textures` is the one
+reader every material stage uses: packed maps split, normals in OpenGL convention under
+one policy (:func:`unit_normals`). Stages that read a whole material stack its textures
+as one multi-channel image (:func:`load_material`), in the table's role order, so a
+decoder's outputs map to textures the same way in every bundle. Colour (albedo) stays in
+its sRGB storage space: a loss compares what the engine will sample. Normals are 3
+channels in [0, 1] storage space.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import numpy as np
 
 from bakery.errors import UsageError
 from bakery.formats.images import load_image
+
 
 @dataclass(frozen=True)
 class Role:

@@ -218,3 +218,17 @@ def test_mipmap_writes_its_chains_in_an_engine_layout(tmp_path, layout):
         np.testing.assert_array_equal(packed[..., 3], 255 - to_uint8(maps["roughness"])[..., 0])
     names = {"unreal": {"D", "N", "ORM"}, "unity-hdrp": {"BaseColorMap", "NormalMap", "MaskMap"}}[layout]
     assert set(level0) == names
+
+
+def test_normal_convention_declared_per_asset_or_project_beats_the_name(tmp_path):
+    write_set(tmp_path / "lib" / "m", "substance", reference_maps(8, 8))     # _Normal: OpenGL by name
+    body = '[assets.m]\nmaterial = "lib/*"\n{asset}[stages.s]\ntype = "ntc"\ninputs = ["m"]\n'
+    toml = tmp_path / "pipeline.toml"
+    for project, asset, want in (("", "", "normal"), ("", 'normal_convention = "dx"\n', "normal.dx"),
+                                 ('[project]\nnormal_convention = "dx"\n', "", "normal.dx")):
+        toml.write_text(project + body.format(asset=asset))
+        (a,) = load_pipeline(toml).assets["m"]
+        assert want in a.files and ({"normal", "normal.dx"} - {want}).isdisjoint(a.files)
+    toml.write_text(body.format(asset='normal_convention = "directx"\n'))
+    with pytest.raises(UsageError, match="normal_convention: expected one of gl, dx"):
+        load_pipeline(toml)
