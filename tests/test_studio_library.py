@@ -151,10 +151,10 @@ def test_two_channel_normals_get_z_and_albedo_alpha_becomes_opacity(tmp_path):
 
 
 def test_non_square_npot_set_bakes_through_every_material_stage(tmp_path):
-    maps = reference_maps(60, 100)   # 100x60 (the 4096^2 benchmark's little sibling of 1000x600)
+    maps = reference_maps(600, 1000)   # 1000x600: 1000 = 125 x 2^3, 600 = 75 x 2^3
     stages = "\n".join([
         f"[stages.mips]\n{MIPS}",
-        '[stages.ntc]\ntype = "ntc"\ninputs = ["lib"]\nparams = { bpp = 16.0, steps = 4, batch = 512 }',
+        '[stages.ntc]\ntype = "ntc"\ninputs = ["lib"]\nparams = { bpp = 2.0, steps = 4, batch = 512, baseline = false, weighting = "uniform" }',
         '[stages.nm]\ntype = "neural_material"\ninputs = ["lib"]\n'
         'params = { steps = 2, batch = 128, eval_directions = 2, finetune_steps = 0 }',
     ])
@@ -163,13 +163,14 @@ def test_non_square_npot_set_bakes_through_every_material_stage(tmp_path):
     assert r.exit_code == 0, r.output
     out = tmp_path / "out"
     mips = json.loads((out / "mips" / "lib" / "gltf" / "manifest.json").read_text())
-    assert [(row["width"], row["height"]) for row in mips["metrics"]["levels"]] == [(50, 30), (25, 15)]
+    assert [(row["width"], row["height"]) for row in mips["metrics"]["levels"]] == [(500, 300), (250, 150), (125, 75)]
     ntc = json.loads((out / "ntc" / "lib" / "gltf" / "manifest.json").read_text())
     mips_ntc = [(m["width"], m["height"]) for m in ntc["ntc"]["latents"]["color_mips"]]
-    assert mips_ntc[:4] == [(100, 60), (50, 30), (25, 15), (12, 7)] and mips_ntc[-1] == (1, 1)   # max(1, n >> k)
+    assert mips_ntc[:5] == [(1000, 600), (500, 300), (250, 150), (125, 75), (62, 37)]   # max(1, n >> k)
+    assert mips_ntc[-1] == (1, 1)
     assert ntc["ntc"]["material"]["roles"][-1] == "opacity"    # the base colour's alpha
     nm = json.loads((out / "nm" / "lib" / "gltf" / "manifest.json").read_text())
-    assert (nm["neural_material"]["material"]["width"], nm["neural_material"]["material"]["height"]) == (100, 60)
+    assert (nm["neural_material"]["material"]["width"], nm["neural_material"]["material"]["height"]) == (1000, 600)
 
 
 def test_an_undetectable_folder_is_one_line_listing_files_suffixes_and_syntax(tmp_path):
