@@ -110,9 +110,14 @@ def bindings(files: Mapping[str, Path]) -> dict[str, Binding]:
     return out
 
 
+def binding_role(key: str) -> str:
+    """The role of a binding key (``roughness.g`` -> ``roughness``)."""
+    return key.split(".")[0]
+
+
 def role_names(files: Mapping[str, Path]) -> set[str]:
     """The roles an asset's ``files`` give (binding keys without their selections)."""
-    return {key.split(".")[0] for key in files}
+    return {binding_role(key) for key in files}
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,33 @@ def _load_exr(path: Path, key: str | None) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
+def _exr_size(path: Path, key: str | None) -> tuple[int, int]:
+    import OpenEXR
+
+    try:
+        (x0, y0), (x1, y1) = OpenEXR.File(str(path), header_only=True).header()["dataWindow"]
+    except Exception as e:  # the binding raises plain Exceptions for damaged files
+        raise UsageError(f"cannot read OpenEXR image ({type(e).__name__}: {e})", where=str(path), key=key) from None
+    return int(x1 - x0 + 1), int(y1 - y0 + 1)
+
+
+def image_size(path: str | Path, *, key: str | None = None) -> tuple[int, int]:
+    """``(width, height)`` of an image from its header alone (the planner sizes presets
+    by it without decoding); the same one-line errors as :func:`load_image`."""
+    from PIL import Image, UnidentifiedImageError
+
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError("file not found", where=str(path), key=key)
+    if path.suffix.lower() == ".exr":
+        return _exr_size(path, key)
+    try:
+        with Image.open(path) as im:
+            return im.width, im.height
+    except (UnidentifiedImageError, OSError, ValueError) as e:
+        raise UsageError(f"cannot read image ({type(e).__name__}: {e})", where=str(path), key=key) from None
+
+
 def _png16_rawmode(im) -> str | None:
     """The raw mode of a 16-bit colour PNG (which Pillow would cut to 8 bits), else None."""
     if im.format != "PNG" or len(im.tile) != 1:

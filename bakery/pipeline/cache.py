@@ -1,7 +1,8 @@
 """Content-hash cache: a task's output is reused when everything that could change it is
 unchanged.
 
-Key = sha256 over: input file bytes (by role), the asset name, upstream task keys, params,
+Key = sha256 over: input file bytes (by role), the asset name, upstream task keys, params
+(the values the stage runs with, ``auto`` resolved, and what the pipeline asked for),
 seed, stage type and version, bakery version, the stage's code fingerprint (every
 Python and Slang file its output depends on, see fingerprint.py), and the device class (only for stages that use a device, so pure-CPU stages
 never open one just to compute a key).
@@ -41,7 +42,7 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def key_parts(*, stage_type: str, stage_version: str, asset: str, params: dict, seed: int,
+def key_parts(*, stage_type: str, stage_version: str, asset: str, params: dict, given: dict, seed: int,
               inputs: dict[str, str], upstream: dict[str, str], code: str,
               device_class: str | None) -> dict:
     return {
@@ -49,7 +50,8 @@ def key_parts(*, stage_type: str, stage_version: str, asset: str, params: dict, 
         "stage_version": stage_version,
         "bakery_version": bakery.__version__,
         "asset": asset,  # stages see StageInput.name, so it may shape their output
-        "params": params,
+        "params": params,  # the values used: the manifest's resolved_params
+        "given": given,    # as the pipeline wrote them (``auto`` kept): the manifest's params
         "seed": seed,
         "inputs": inputs,
         "upstream": upstream,
@@ -73,9 +75,9 @@ def why_rebuild(old: dict | None, new: dict) -> str:
         changed_roles.append("upstream output")
     if changed_roles:
         reasons.append(f"input changed ({', '.join(changed_roles)})")
-    if old.get("params") != new["params"]:
-        names = sorted(k for k in set(old.get("params", {})) | set(new["params"])
-                       if old.get("params", {}).get(k) != new["params"].get(k))
+    names = sorted({k for part in ("params", "given") if part in old for k in set(old[part]) | set(new[part])
+                    if old[part].get(k) != new[part].get(k)})
+    if names:
         reasons.append(f"params changed ({', '.join(names)})")
     if old.get("seed") != new["seed"]:
         reasons.append("seed changed")
@@ -112,9 +114,9 @@ class EntryCheck:
 
 
 class Cache:
-    """The cache folder of one pipeline, behind a small get/put interface: :meth:`get`
-    returns a verified entry's bundle folder, :meth:`put` fills and seals one. Another
-    store (a shared path, an object store) need only provide the same calls."""
+    """The cache folder of one pipeline, behind a small interface: :meth:`check` verifies
+    an entry, :meth:`bundle_dir` and :meth:`sums` read it, :meth:`put` fills and seals
+    one. Another store (a shared path, an object store) need only provide the same calls."""
 
     def __init__(self, root: Path):
         self.root = Path(root)
@@ -163,11 +165,6 @@ class Cache:
             return EntryCheck("corrupt", f"unexpected file {extra[0]}")
         return EntryCheck("ok")
 
-    def get(self, key: str) -> Path | None:
-        """The bundle folder of a complete, verified entry, or None (missing or corrupt:
-        :meth:`check` says which)."""
-        return self.bundle_dir(key) if self.check(key).state == "ok" else None
-
     def put(self, key: str, write: Callable[[Path], Any], *, replace: bool = False) -> dict:
         """Builds entry ``key``: ``write(folder)`` must publish a bundle at ``folder``
         atomically; the entry is then sealed. Returns the entry's checksums.
@@ -213,12 +210,6 @@ class Cache:
         except FileNotFoundError:
             pass  # another writer moved it already
         shutil.rmtree(doomed, ignore_errors=True)
-
-    def seal(self, key: str) -> dict:
-        """Marks a freshly built entry complete by writing its checksums (last step)."""
-        sums = tree_sums(self.bundle_dir(key))
-        _write_json_atomic(self.entry_dir(key) / "sums.json", sums)
-        return sums
 
     def discard(self, key: str) -> None:
         shutil.rmtree(self.entry_dir(key), ignore_errors=True)

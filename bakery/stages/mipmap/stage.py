@@ -17,9 +17,8 @@ from bakery.layouts import LAYOUTS
 from bakery.materials import NORMAL_CONVENTIONS
 from bakery.nn.optimizers import Adam
 from bakery.nn.trainer import TrainConfig, Trainer
-from bakery.stages import Param, Stage, StageResult, register
-from bakery.stages.base import StepProgress
-from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_record
+from bakery.stages.base import Stage, StageResult, StepProgress, register
+from bakery.stages.params import AUTO, QUALITY, Param, Presets
 from bakery.stages.mipmap.chain import MipChain
 from bakery.stages.mipmap.material import load_mip_material
 from bakery.stages.mipmap.objective import STARTS, MipFit
@@ -46,6 +45,7 @@ class Mipmap(Stage):
     version = "1"
     description = "train normal/roughness mip chains that shade like the full-resolution map"
     input_roles = ("normal", "roughness", "albedo", "metalness", "ao")
+    presets = PRESETS
     params = (
         Param("levels", int, 0, "levels below 0 to author (0: down to a 4-texel smaller side)", min=0, max=16),
         QUALITY,
@@ -82,8 +82,6 @@ class Mipmap(Stage):
                          params["roughness"])
         chain = MipChain.for_size(width, height, params["levels"])
         device = ctx.device
-        dclass = device_class(device)
-        given, params = params, PRESETS.resolve(params, device_class=dclass)
         settings = {k: params[k] for k in SETTINGS}
         fit = MipFit(device, material, chain, pairs=settings["pairs"], light=params["light"], lr=params["lr"],
                      roughness_lr=params["roughness_lr"],
@@ -124,5 +122,4 @@ class Mipmap(Stage):
                 "render": {"light": params["light"], "tonemap": "reinhard x/(1+x)",
                            "space": "linear, tangent frame z up",
                            "held_out": "seed 0x4E1D0, hash streams 2/3 (training draws streams 0/1)"},
-                "size_policy": "levels while both sides halve exactly, smaller side >= 4; no padding or cropping"},
-                "resolved_params": resolved_record(given, params, device_class=dclass)})
+                "size_policy": "levels while both sides halve exactly, smaller side >= 4; no padding or cropping"}})
