@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -233,3 +234,23 @@ def test_normal_convention_declared_per_asset_or_project_beats_the_name(tmp_path
     toml.write_text(body.format(asset='normal_convention = "directx"\n'))
     with pytest.raises(UsageError, match="normal_convention: expected one of gl, dx"):
         load_pipeline(toml)
+
+
+def test_a_jpeg_normal_map_off_unit_length_bakes_in_mipmap(tmp_path, caplog):
+    """JPEG and resized normal maps are not unit length: mipmap renormalises them (as
+    ntc and neural_material do) and logs how many texels it fixed."""
+    from PIL import Image
+
+    maps = reference_maps(32, 32)
+    short = 0.5 + (maps["normal"] * 2 - 1) * 0.85             # every texel 15 % short, as a resize leaves them
+    folder = tmp_path / "m"
+    folder.mkdir()
+    Image.fromarray(to_uint8(short)).save(folder / "Rock_Normal.jpg", quality=80)
+    t = load_textures({"normal": folder / "Rock_Normal.jpg"})
+    assert t.renormalised > 32 * 32 // 2
+    out = tmp_path / "out"
+    with caplog.at_level(logging.INFO):
+        r = CliRunner().invoke(main, ["run", "mipmap", str(folder), "-o", str(out), "--param", "steps=2",
+                                      "--param", "pairs=2", "--param", "eval_pairs=2"])
+    assert r.exit_code == 0, r.output
+    assert f"{t.renormalised} normal texel(s) off unit length, renormalised" in caplog.text

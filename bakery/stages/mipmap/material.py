@@ -45,7 +45,7 @@ def load_mip_material(files: Mapping[str, Path], *, roughness: float, albedo: fl
     where = textures.source("normal")
     h, w = textures.shape
     check_size(w, h, where=where, key="normal")
-    normal, off = unit_normals(textures["normal"], where=where)
+    normal, _ = unit_normals(textures["normal"], where=where)
 
     def single(role: str, constant: float) -> np.ndarray:
         return textures[role] if role in textures else np.full((h, w, 1), constant, np.float32)
@@ -57,5 +57,5 @@ def load_mip_material(files: Mapping[str, Path], *, roughness: float, albedo: fl
         lin = np.full((h, w, 3), albedo, np.float32)
     return MipMaterial(normal=normal.astype(np.float32), roughness=single("roughness", roughness).astype(np.float32),
                        albedo=lin.astype(np.float32), metalness=single("metalness", 0.0).astype(np.float32),
-                       roughness_given="roughness" in textures, renormalised=off,
+                       roughness_given="roughness" in textures, renormalised=textures.renormalised,
                        ao=textures["ao"] if "ao" in textures else None)
