@@ -86,8 +86,8 @@ def _write_packed(out, material: MipMaterial, chain: MipChain, levels: dict[str,
                  for i in range(chain.deepest + 1)]
     for name, (_, kind) in per_level[0].items():
         images = [p[name][0] for p in per_level]
-        spec = PACKED_STORAGE[kind if kind in ("normal", "albedo") or kind is None else "single"][storage]
         channels = images[0].shape[2]
+        spec = PACKED_STORAGE[kind if kind in ("normal", "albedo") else "single" if channels == 1 else None][storage]
         if storage == "bcn":
             codec, fmt, keep = spec
             if codec == "bc7" and channels == 3:
