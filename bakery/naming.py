@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from bakery.errors import UsageError
 from bakery.materials import ROLE_TABLE, Binding
@@ -95,24 +95,29 @@ def suffix_of(path: Path) -> str | None:
 
 
 def detect_roles(folder: Path, *, explicit: Mapping[str, str] | None = None,
-                 normal_convention: str | None = None) -> dict[str, Binding]:
+                 normal_convention: str | None = None, plain_roles: Iterable[str] = ()) -> dict[str, Binding]:
     """Role -> :class:`Binding` (file, channels, normal convention) of a material folder.
 
     A file named for one role beats a packed map's channel of it; an OpenGL/DirectX pair
     of one normal map (ambientCG ships both) gives the OpenGL one. ``explicit`` (role ->
     ``"FILE.channels"``, see :func:`parse_channel_ref`) wins over detection;
-    ``normal_convention`` (``gl``/``dx``) over the convention a name implies. An
+    ``normal_convention`` (``gl``/``dx``) over the convention a name implies.
+    ``plain_roles`` outside the table (a plugin stage's) match a file whose stem is the
+    role's name. An
     ambiguous or empty folder is one :class:`UsageError` listing the files seen, the
     suffixes known and the explicit syntax.
     """
     folder = Path(folder)
     files = sorted(p for p in folder.iterdir() if p.is_file())
     candidates: dict[str, list[tuple[bool, Binding]]] = {}
+    plain = {r.lower() for r in plain_roles} - set(ROLE_TABLE)
     for p in files:
         s = suffix_of(p)
+        if s is None and p.stem.lower() in plain:
+            s = p.stem.lower()
         if s is None:
             continue
-        holds = _SUFFIXES[s]
+        holds = _SUFFIXES.get(s, (s,))
         for h in holds:
             b = Binding.parse(h, p.resolve())
             candidates.setdefault(b.role, []).append((len(holds) == 1, b))
@@ -132,7 +137,8 @@ def detect_roles(folder: Path, *, explicit: Mapping[str, str] | None = None,
         out["normal"] = out["normal"].with_convention(normal_convention)
     if not out:
         raise undetected(folder, files)
-    return dict(sorted(out.items(), key=lambda kv: list(ROLE_TABLE).index(kv[0])))
+    order = list(ROLE_TABLE)
+    return dict(sorted(out.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
 
 
 def undetected(folder: Path, files: list[Path]) -> UsageError:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 
 import numpy as np
@@ -236,21 +235,28 @@ def test_normal_convention_declared_per_asset_or_project_beats_the_name(tmp_path
         load_pipeline(toml)
 
 
-def test_a_jpeg_normal_map_off_unit_length_bakes_in_mipmap(tmp_path, caplog):
+def test_a_jpeg_normal_map_off_unit_length_bakes_in_mipmap(tmp_path):
     """JPEG and resized normal maps are not unit length: mipmap renormalises them (as
-    ntc and neural_material do) and logs how many texels it fixed."""
+    ntc and neural_material do) and the task log says how many texels it fixed."""
     from PIL import Image
 
     maps = reference_maps(32, 32)
     short = 0.5 + (maps["normal"] * 2 - 1) * 0.85             # every texel 15 % short, as a resize leaves them
-    folder = tmp_path / "m"
-    folder.mkdir()
+    folder = tmp_path / "lib" / "rock"
+    folder.mkdir(parents=True)
     Image.fromarray(to_uint8(short)).save(folder / "Rock_Normal.jpg", quality=80)
     t = load_textures({"normal": folder / "Rock_Normal.jpg"})
     assert t.renormalised > 32 * 32 // 2
-    out = tmp_path / "out"
-    with caplog.at_level(logging.INFO):
-        r = CliRunner().invoke(main, ["run", "mipmap", str(folder), "-o", str(out), "--param", "steps=2",
-                                      "--param", "pairs=2", "--param", "eval_pairs=2"])
+    (tmp_path / "pipeline.toml").write_text(f'[assets.lib]\nmaterial = "lib/*"\n\n[stages.mips]\n{MIPS}\n')
+    r = _bake(tmp_path / "pipeline.toml")
     assert r.exit_code == 0, r.output
-    assert f"{t.renormalised} normal texel(s) off unit length, renormalised" in caplog.text
+    log = (tmp_path / "out" / "logs" / "mips" / "lib" / "rock.log").read_text()
+    assert f"{t.renormalised} normal texel(s) off unit length, renormalised" in log
+
+
+def test_a_plugin_stages_own_role_still_matches_its_plain_file_name(tmp_path):
+    write_set(tmp_path, "unreal", reference_maps(8, 8))
+    (tmp_path / "heightfield.png").write_bytes(encode_png(np.zeros((8, 8, 1))))
+    found = detect_roles(tmp_path, plain_roles=("heightfield", "albedo"))
+    assert found["heightfield"].path.name == "heightfield.png" and found["albedo"].path.name == "T_Barrel_D.png"
+    assert "heightfield" not in detect_roles(tmp_path)

@@ -353,7 +353,7 @@ def role_files(folder: Path, roles, *, channels: dict | None = None,
     names (bakery.naming.detect_roles; ``Albedo.PNG`` and ``Rock_BaseColor.png`` are the
     albedo) with ``channels`` declared explicitly winning. An undetectable or ambiguous
     folder is one UsageError listing what it saw."""
-    found = detect_roles(Path(folder), explicit=channels, normal_convention=normal_convention)
+    found = detect_roles(Path(folder), explicit=channels, normal_convention=normal_convention, plain_roles=roles)
     files = {b.key(): b.path for role, b in found.items() if role in roles}
     if not files:
         raise undetected(Path(folder), sorted(p for p in Path(folder).iterdir() if p.is_file()))
