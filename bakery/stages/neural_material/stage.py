@@ -28,7 +28,7 @@ from bakery.stages.neural_material.shader import generate_material_eval, generat
 from bakery.stages.base import Stage, StageResult, register
 from bakery.stages.params import AUTO, QUALITY, Param, Presets
 from bakery.verdict import budget_reason, psnr_verdict
-from bakery.materials import ROLES
+from bakery.materials import ROLES, role_names
 
 #: What ``auto`` means. CPU (lavapipe, 2 shared cores, bricks 256^2, warm caches): training
 #: costs ~7 ms/step at hidden 16 and the rest of the bake ~5 s, so production (600 steps)
@@ -238,7 +238,7 @@ class NeuralMaterial(Stage):
             del metrics["speedup"]  # measured on a hardware device only
         verdict = psnr_verdict("the uniform material (mean parameters, same teacher)", quality_psnr, uniform_psnr,
                                reason=budget_reason(PRESETS, params))
-        extra = {"material": {"roles": sorted(inp.files), "width": w, "height": h},
+        extra = {"material": {"roles": sorted(role_names(inp.files)), "width": w, "height": h},
                  "layers": layers.to_dict(),
                  "latents": {"channels": n, "format": params["latent_format"], "texture_format": fmt,
                              "mips": len(stored), "scale": [float(v) for v in scale],
