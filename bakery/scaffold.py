@@ -33,7 +33,7 @@ class Found:
 def find_assets(root: Path) -> Found:
     """Walks ``root``: a folder whose files name two or more roles is a material; any
     other image is a single texture."""
-    from bakery.materials import ROLES
+    from bakery.materials import ROLES, role_names
     from bakery.pipeline.config import role_files
 
     root = Path(root)
@@ -44,10 +44,10 @@ def find_assets(root: Path) -> Found:
         images = sorted(f for f in files if Path(f).suffix.lower() in IMAGE_SUFFIXES)
         if not images:
             continue
-        try:
-            roles = role_files(here, ROLES)
+        try:  # the loader's own detection: plain role names, studio conventions, packed maps
+            roles = sorted(set(role_names(role_files(here, ROLES))))
         except UsageError:
-            roles = {}
+            roles = []
         rel = here.relative_to(root)
         if len(roles) >= 2:
             parent = rel.parent.as_posix()
