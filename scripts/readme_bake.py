@@ -64,7 +64,7 @@ def block(seconds: float, table: str, report: dict, load: float) -> str:
         f"Measured by `python3 scripts/readme_bake.py`: the default bake, every task built "
         f"({t['built']} built, {t['failed']} failed), took **{m} min {s:02d} s** on {cores} cores "
         f"({platform.machine()}, {where}; warm Slang and Mesa shader caches; load average {load:.1f} when it "
-        f"started, so other work shared the cores). Its console summary:",
+        f"started{', so other work shared the cores' if load > 0.5 * (cores or 1) else ''}). Its console summary:",
         "", "```", table, "```", END])
 
 
