@@ -199,6 +199,38 @@ def test_snapshot_writes_what_the_browser_computed(viewer, out, tmp_path):
     assert (tmp_path / "viewer.png") in written
 
 
+def test_the_report_shows_what_the_browser_computed(viewer, out, tmp_path):
+    """After `bakery view OUT --snapshot DIR`, out/report.html shows each bundle's snapshot
+    PNGs (linked full size, the files exist); a bundle changed since, or a snapshot file that
+    is a link, is not shown as the browser's."""
+    import shutil
+
+    from bakery.pipeline.html_report import task_anchor, write_html_report
+    from bakery.pipeline.report import BakeReport, TaskOutcome
+    from bakery.view.snapshot import record_snapshot, save_snapshot
+
+    page, console, _, app = viewer
+    mine, shots = tmp_path / "out", tmp_path / "shots"
+    shutil.copytree(out, mine)
+    save_snapshot(page, console, app.bundles, shots)
+    assert record_snapshot(mine, shots) == mine / "view-snapshot.json"
+    (mine / "texture" / "rust" / "manifest.json").write_bytes((out / "texture" / "rust" / "manifest.json").read_bytes() + b"\n")
+    (shots / "mips" / "bricks" / "view.png").unlink()
+    (shots / "mips" / "bricks" / "view.png").symlink_to(shots / "viewer.png")
+    tasks = [TaskOutcome(*b.id.split("/"), "built", stage_type=b.manifest["stage"]["type"]) for b in app.bundles]
+    report = write_html_report(BakeReport("pipeline.toml", "out", tasks=tasks), {b.id: mine / b.id for b in app.bundles},
+                               mine / "report.html")
+    page_html = report.read_text()
+    sections = {t.stage: page_html.split(f"id='{task_anchor(t)}'")[1].split("</section>")[0] for t in tasks}
+    for stage in ("compress", "compress_bc", "neural_material"):
+        for name in ["view.png"] + (["albedo.png", "normal.png", "roughness.png"] if "compress" in stage else []):
+            assert f"data-full='../shots/{stage}/bricks/{name}'" in sections[stage], (stage, name)
+            assert (shots / stage / "bricks" / name).is_file()
+        assert "albedo_mip1.png" not in sections[stage]   # the other mips stay in the folder
+    assert "../shots/mips" not in sections["mips"]   # a link is never read
+    assert "../shots/texture" not in sections["texture"] and "of an earlier bundle" in sections["texture"]
+
+
 def test_neural_texture_decoded_in_the_browser_equals_the_bundle_decoder(viewer, out):
     """decoder.webgl.glsl over every texel's UV against the numpy forward of weights.bin."""
     from bakery.formats.reader import read_bundle

@@ -129,3 +129,23 @@ def test_view_of_a_missing_folder_is_one_line_and_exit_2(tmp_path):
     r = CliRunner().invoke(main, ["view", str(tmp_path / "nothing")])
     assert r.exit_code == 2, r.output
     assert "nothing: no such folder" in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_the_snapshot_record_in_out_replaces_only_its_own_file(tmp_path):
+    """OUT/view-snapshot.json (where the report finds the last snapshot) is written only
+    where absent or bakery's; a person's file or a link of that name stays as it is."""
+    from bakery.view.snapshot import RECORD_NAME, browser_snapshot, record_snapshot
+
+    out, shots = tmp_path / "out", tmp_path / "shots"
+    (out / "ntc" / "bricks").mkdir(parents=True)
+    (out / "ntc" / "bricks" / "manifest.json").write_text("{}")
+    assert record_snapshot(out, shots) == out / RECORD_NAME
+    assert json.loads((out / RECORD_NAME).read_text()) == {"snapshot": "../shots"}
+    assert browser_snapshot(out, out / "ntc" / "bricks") is None   # nothing snapshot there yet
+
+    (out / RECORD_NAME).write_text("a person's notes")
+    assert record_snapshot(out, shots) is None
+    assert (out / RECORD_NAME).read_text() == "a person's notes"
+    (out / RECORD_NAME).unlink()
+    (out / RECORD_NAME).symlink_to(tmp_path / "elsewhere.json")
+    assert record_snapshot(out, shots) is None and not (tmp_path / "elsewhere.json").exists()

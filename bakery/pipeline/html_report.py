@@ -3,7 +3,8 @@
 A summary table (each task's status, build time, its result against its baseline, a loss
 in red with the reason), then one section per task that its stage draws through its
 ``report_section`` hook (:mod:`bakery.reporting` has the parts): this module names no
-stage. Every image is embedded as a data URI (JPEG thumbnails), so the page can be mailed
+stage. Where ``bakery view OUT --snapshot DIR`` has run, each section also shows what the
+browser computed for that bundle (its PNGs in DIR), or says the snapshot is of an earlier bundle. Every image is embedded as a data URI (JPEG thumbnails), so the page can be mailed
 or attached to a CI run as one file; a click opens an image full size.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -118,8 +120,9 @@ def _task_section(o: TaskOutcome, bundle: Path | None, inputs: dict, memo: Path 
     if bundle is None or not (Path(bundle) / "manifest.json").is_file() or o.status == "skipped":
         return head + ("<p>no bundle in out/ for this task.</p>" if not o.error else "") + "</section>"
     memo_file = memo / f"{o.key}-{_memo_salt(root)}.html" if memo is not None and o.key else None
+    browser = _browser_row(Path(bundle), root)   # never memoised: a snapshot changes without the key
     if memo_file is not None and memo_file.is_file():
-        return head + memo_file.read_text(encoding="utf-8") + "</section>"
+        return head + memo_file.read_text(encoding="utf-8") + browser + "</section>"
     body = _bundle_body(o, Path(bundle), inputs, root)
     if memo_file is not None and not body.startswith("<p>could not show"):
         from bakery.formats.publish import write_atomic
@@ -128,7 +131,36 @@ def _task_section(o: TaskOutcome, bundle: Path | None, inputs: dict, memo: Path 
             write_atomic(memo_file, body.encode())
         except OSError:
             pass  # the memo only saves time
-    return head + body + "</section>"
+    return head + body + browser + "</section>"
+
+
+def _browser_row(bundle: Path, root: Path | None) -> str:
+    """What the last ``bakery view OUT --snapshot DIR`` computed for this bundle in the
+    browser (mip-0 decodes and its view; the other mips are in DIR): the PNGs DIR's index
+    lists, regular files only, read through no link."""
+    from bakery.formats.images import load_image
+    from bakery.reporting import figure
+    from bakery.view.snapshot import browser_snapshot
+
+    if root is None:
+        return ""
+    try:
+        snap = browser_snapshot(root, bundle)
+        if snap is None:
+            return ""
+        if not snap.current:
+            return ("<p class='snapshot'>the browser snapshot in out/ is of an earlier bundle; "
+                    "run <code>bakery view OUT --snapshot DIR</code> again to see this one.</p>")
+        shown = [p for p in snap.images if "_mip" not in p.stem]
+        cells = [figure(load_image(p, key="snapshot"), f"in the browser: {p.name}",
+                        full=Path(os.path.relpath(p.resolve(), Path(root).resolve())).as_posix()) for p in shown]
+        more = len(snap.images) - len(shown)
+        note = f" ({more} more mip levels in the snapshot folder)" if more else ""
+        return (f"<h3>in the browser (<code>bakery view --snapshot</code>){e(note)}</h3>"
+                f"<div class='row snapshot'>{''.join(cells)}</div>")
+    except Exception as ex:  # noqa: BLE001 - a damaged snapshot costs its row, never the page
+        logging.getLogger("bakery.bake").warning("report.html: browser snapshot of %s: %s", bundle, ex)
+        return ""
 
 
 def _bundle_body(o: TaskOutcome, bundle: Path, inputs: dict, root: Path | None) -> str:

@@ -218,8 +218,9 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 
 # -- bakery clean ----------------------------------------------------------------------
-#: What a bake writes directly in the output folder besides bundles, and in the cache.
-OUT_FILES = ("bake-report.json", "report.html")
+#: What bakery writes directly in the output folder besides bundles (a bake; `view --snapshot`
+#: its record), and in the cache.
+OUT_FILES = ("bake-report.json", "report.html", "view-snapshot.json")
 CACHE_PARTS = ("entries", "records", "device", "report")
 
 

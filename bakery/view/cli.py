@@ -29,10 +29,15 @@ def view_cmd(out: Path, port: int, snapshot_dir: Path | None) -> None:
         for line in server.app.problems:
             click.echo(f"warning: {line}", err=True)
         if snapshot_dir is not None:
-            from bakery.view.snapshot import write_snapshot
+            from bakery.view.snapshot import RECORD_NAME, record_snapshot, write_snapshot
 
             written = write_snapshot(server.url, server.app.bundles, snapshot_dir)
             click.echo(f"snapshot: {len(server.app.bundles)} bundles, {len(written)} files in {snapshot_dir}")
+            if record_snapshot(out, snapshot_dir) is None:
+                click.echo(f"warning: {out / RECORD_NAME} was not written by bakery; left as it is, so the "
+                           "report does not show this snapshot", err=True)
+            else:
+                click.echo("the next bake's report.html shows it beside each bundle")
             return
         click.echo(f"bakery view: {len(server.app.bundles)} bundles at {server.url}  (Ctrl-C stops)")
         try:

@@ -12,14 +12,21 @@ without a GPU), driven by Playwright; Playwright's own browser download is never
 DIR is often a folder a person chose (docs/, a review share): a snapshot writes only into
 a new or empty DIR or one a previous snapshot wrote (``DIR/snapshot.json`` lists its
 files), replaces only the files that list names, and never writes through a link.
+
+The snapshot also records DIR in ``OUT/view-snapshot.json`` (a file bakery owns), and the
+index keeps each bundle's manifest sum: the next ``out/report.html`` shows, beside each
+bundle's section, what the browser computed for it, only while the bundle is the one the
+browser drew, reading only regular files the index lists, never through a link.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +35,8 @@ from bakery.errors import BakeryError, UsageError
 
 #: The list of files a snapshot wrote, in DIR: what the next snapshot may replace.
 INDEX_NAME = "snapshot.json"
+#: In OUT: where the last snapshot of OUT was written (for out/report.html).
+RECORD_NAME = "view-snapshot.json"
 
 #: Chromium flags for WebGL2 without a GPU (SwiftShader through ANGLE).
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--use-angle=swiftshader", "--enable-unsafe-swiftshader"]
@@ -108,6 +117,8 @@ class SnapshotDir:
     def __init__(self, root: Path):
         self.root = Path(root)
         self.owned: set[str] = set()
+        #: bundle id -> sha256 of the manifest.json the browser drew.
+        self.bundles: dict[str, str] = {}
         if self.root.is_symlink() or (self.root.exists() and not self.root.is_dir()):
             raise UsageError("is a link or not a folder; choose a new or empty folder", where=str(self.root),
                              key="--snapshot")
@@ -119,6 +130,7 @@ class SnapshotDir:
                 files = None
             if isinstance(files, list) and all(isinstance(f, str) for f in files):
                 self.owned = set(files)
+                self.bundles = _read_index(self.root).bundles
                 return
         if self.root.is_dir() and any(self.root.iterdir()):
             raise UsageError(f"exists and is not a bakery snapshot (no {INDEX_NAME}); a snapshot replaces only its "
@@ -132,10 +144,21 @@ class SnapshotDir:
         path = self._target(rel)
         if rel not in self.owned:
             self.owned.add(rel)
-            write_atomic(self._target(INDEX_NAME),
-                         json.dumps({"files": sorted(self.owned)}, indent=1).encode())
+            self.write_index()
         write_atomic(path, data)
         return path
+
+    def drew(self, bundle_id: str, manifest_sha256: str) -> None:
+        """Records which bundle the browser drew (its manifest's sum) before its files."""
+        if self.bundles.get(bundle_id) != manifest_sha256:
+            self.bundles[bundle_id] = manifest_sha256
+            self.write_index()
+
+    def write_index(self) -> None:
+        from bakery.formats.publish import write_atomic
+
+        write_atomic(self._target(INDEX_NAME), json.dumps(
+            {"files": sorted(self.owned), "bundles": dict(sorted(self.bundles.items()))}, indent=1).encode())
 
     def _target(self, rel: str) -> Path:
         path = self.root
@@ -164,6 +187,7 @@ def save_snapshot(page, console, bundles, dest: Path) -> list[Path]:
     target = SnapshotDir(dest)
     written = []
     for b in bundles:
+        target.drew(b.id, hashlib.sha256((b.path / "manifest.json").read_bytes()).hexdigest())
         if b.manifest["stage"]["type"] == "ntc":
             ntc = b.manifest["ntc"]
             for role, (_, n) in ntc["material"]["channels"].items():
@@ -175,3 +199,98 @@ def save_snapshot(page, console, bundles, dest: Path) -> list[Path]:
                                     page.locator(f"section[data-bundle='{b.id}']").screenshot()))
     written.append(target.write("viewer.png", page.screenshot(full_page=True)))
     return written
+
+
+# -- the record in OUT, and what the report reads back ----------------------------------
+def record_snapshot(out: Path, dest: Path) -> Path | None:
+    """Writes ``OUT/view-snapshot.json`` naming ``dest`` (relative to OUT where it can);
+    None, writing nothing, where a file of that name is not one bakery wrote."""
+    from bakery.formats.publish import write_atomic
+
+    record = Path(out) / RECORD_NAME
+    if record.is_symlink() or (record.exists() and _recorded_dir(record) is None):
+        return None
+    try:
+        where = os.path.relpath(Path(dest).resolve(), Path(out).resolve())
+    except ValueError:   # another drive
+        where = str(Path(dest).resolve())
+    write_atomic(record, json.dumps({"snapshot": Path(where).as_posix()}, indent=1).encode())
+    return record
+
+
+@dataclass
+class BrowserSnapshot:
+    """One bundle's files in the recorded snapshot: ``images`` (regular PNG files under
+    DIR/<bundle id>/), and whether the browser drew the bundle now in OUT (``current``)."""
+
+    images: list[Path]
+    current: bool
+
+
+@dataclass
+class _Index:
+    files: list[str]
+    bundles: dict[str, str]
+
+
+def browser_snapshot(out: Path, bundle: Path) -> BrowserSnapshot | None:
+    """What the last ``bakery view OUT --snapshot DIR`` wrote for the bundle folder
+    ``bundle`` under ``out``; None when OUT records no snapshot or it holds nothing for it."""
+    out = Path(out)
+    root = _recorded_dir(out / RECORD_NAME)
+    if root is None:
+        return None
+    root = out / root
+    if root.is_symlink() or not root.is_dir():
+        return None
+    try:
+        bundle_id = Path(bundle).resolve().relative_to(out.resolve()).as_posix()
+    except ValueError:
+        return None
+    index = _read_index(root)
+    names = [f for f in index.files if f.endswith(".png") and f.rpartition("/")[0] == bundle_id]
+    images = [root / f for f in sorted(names) if _regular_under(root, f)]
+    if not images:
+        return None
+    manifest = Path(bundle) / "manifest.json"
+    current = (not manifest.is_symlink() and manifest.is_file()
+               and index.bundles.get(bundle_id) == hashlib.sha256(manifest.read_bytes()).hexdigest())
+    return BrowserSnapshot(images, current)
+
+
+def _recorded_dir(record: Path) -> str | None:
+    if record.is_symlink() or not record.is_file():
+        return None
+    try:
+        where = json.loads(record.read_bytes()).get("snapshot")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return where if isinstance(where, str) and where else None
+
+
+def _read_index(root: Path) -> _Index:
+    index = root / INDEX_NAME
+    doc = {}
+    if index.is_file() and not index.is_symlink():
+        try:
+            doc = json.loads(index.read_bytes())
+        except (OSError, ValueError):
+            doc = {}
+    doc = doc if isinstance(doc, dict) else {}
+    files, bundles = doc.get("files"), doc.get("bundles")
+    files = [f for f in files if isinstance(f, str)] if isinstance(files, list) else []
+    bundles = {k: v for k, v in bundles.items() if isinstance(v, str)} if isinstance(bundles, dict) else {}
+    return _Index(files, bundles)
+
+
+def _regular_under(root: Path, rel: str) -> bool:
+    """``root/rel`` is a regular file reached through no link and no ``..``."""
+    parts = rel.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        return False
+    path = root
+    for part in parts:
+        path = path / part
+        if path.is_symlink():
+            return False
+    return path.is_file()
