@@ -143,6 +143,19 @@ def test_unreal_script_decodes_an_ntc_bundle_on_load_to_bcn_with_mips(tiny_out, 
     assert mod.texture_settings("normal.dds", "decoded", decoded["normal.dds"]) == (False, "normal")
 
 
+def test_unreal_script_imports_a_mipmap_bundles_chains_not_its_baseline(tiny_out, monkeypatch):
+    """A mipmap bundle ships the Toksvig chain as its baseline (role ``baseline``) beside
+    the trained textures; the Unreal script imports the trained DDS files only."""
+    mod = _unreal_module(monkeypatch)
+    bundle = tiny_out / "mips" / "bricks"
+    manifest = mod.verify(str(bundle))
+    imported = {}
+    monkeypatch.setattr(mod, "import_files", lambda files, destination: imported.update(files))
+    mod.import_textures(str(bundle), manifest, "/Game/bricks")
+    assert sorted(Path(p).name for p in imported) == ["albedo.dds", "normal.dds", "roughness.dds"]
+    assert (bundle / "toksvig_roughness.dds").is_file()
+
+
 def test_unity_ntc_importer_command_decodes_a_real_bundle(tiny_out, tmp_path, monkeypatch):
     """The arguments the Unity menu passes to bakery, run on a real ntc bundle."""
     import shlex

@@ -254,6 +254,18 @@ def test_uncompressed_chain_holds_the_trained_texels(tmp_path, device):
     rough = read_dds((out / "roughness.dds").read_bytes())
     assert abs(rough.array(0).mean() / 255 - 0.7) < 0.01      # the constant stood in for the map
 
+    # the baseline ships beside it: the Toksvig chain, each level as filters.py computes it
+    assert {f["name"]: f["role"] for f in m["files"] if f["name"].startswith("toksvig_")} == {
+        "toksvig_normal.dds": "baseline", "toksvig_roughness.dds": "baseline"}
+    material = load_mip_material({"normal": folder / "normal.png"}, roughness=0.7, albedo=0.5)
+    toksvig = read_dds((out / "toksvig_roughness.dds").read_bytes())
+    assert toksvig.format.name == "r8_unorm" and toksvig.level_count == 3
+    for level in (1, 2):
+        want = filter_level(material.normal, material.roughness, level, "toksvig")[1]
+        box = filter_level(material.normal, material.roughness, level, "box")[1]
+        got = toksvig.array(level).astype(np.float32)[..., :1] / 255
+        assert np.abs(got - want).max() <= 0.6 / 255 and np.abs(want - box).max() > 0.02, level
+
 
 def test_rectangular_power_of_two_maps_are_accepted(tmp_path):
     from bakery.formats.ktx2 import read_ktx2

@@ -205,7 +205,7 @@ def test_mipmap_writes_its_chains_in_an_engine_layout(tmp_path, layout):
     assert r.exit_code == 0, r.output
     b = read_bundle(out)
     level0 = {n.split(".")[0]: np.frombuffer(t.levels[0][0], np.uint8).reshape(32, 32, -1)
-              for n, t in b.textures.items() if n.endswith(".dds")}
+              for n, t in b.textures.items() if n.endswith(".dds") and not n.startswith("toksvig_")}
     normal, packed = (level0["N"], level0["ORM"]) if layout == "unreal" else (level0["NormalMap"], level0["MaskMap"])
     flip = layout == "unreal"                                   # Unreal reads DirectX normals
     want_g = 1.0 - maps["normal"][..., 1] if flip else maps["normal"][..., 1]
@@ -219,6 +219,8 @@ def test_mipmap_writes_its_chains_in_an_engine_layout(tmp_path, layout):
         np.testing.assert_array_equal(packed[..., 3], 255 - to_uint8(maps["roughness"])[..., 0])
     names = {"unreal": {"D", "N", "ORM"}, "unity-hdrp": {"BaseColorMap", "NormalMap", "MaskMap"}}[layout]
     assert set(level0) == names
+    baseline = {f["name"] for f in b.manifest["files"] if f["role"] == "baseline"}   # Toksvig, laid out alike
+    assert baseline == {f"toksvig_{n}.dds" for n in names if n not in ("D", "BaseColorMap")}
 
 
 def test_normal_convention_declared_per_asset_or_project_beats_the_name(tmp_path):

@@ -152,9 +152,10 @@ def import_ntc(bundle, destination, bakery=None):
 
 def import_textures(bundle, manifest, destination):
     roles = {f["name"]: f["role"] for f in manifest["files"]}
-    # Unreal imports DDS; KTX2 needs a plugin
+    # Unreal imports DDS; KTX2 needs a plugin. A baseline (what the bake is judged against) is not shipped.
     import_files({os.path.join(bundle, name): texture_settings(name, roles.get(name, ""), texture["format"])
-                  for name, texture in manifest.get("textures", {}).items() if name.lower().endswith(".dds")},
+                  for name, texture in manifest.get("textures", {}).items()
+                  if name.lower().endswith(".dds") and roles.get(name) != "baseline"},
                  destination)
 
 

@@ -5,7 +5,8 @@ and KTX2: BC5 normal (XY; engines rebuild Z), BC4 roughness and, when albedo tra
 BC7 sRGB albedo; or 8-bit uncompressed (RGBA normal, R roughness, sRGB RGBA albedo).
 An engine layout other than ``separate`` (bakery.layouts) packs them as that engine
 imports them: the trained roughness beside the source's metalness and AO (box-filtered
-down the chain) in an ORM or mask map (BC7, or RGBA8), normals in its convention.
+down the chain) in an ORM or mask map (BC7, or RGBA8), normals in its convention. The
+Toksvig chain, the baseline, ships beside them as DDS (role ``baseline``).
 """
 
 from __future__ import annotations
@@ -41,28 +42,42 @@ def stored_levels(material: MipMaterial, chain: MipChain, trained) -> dict[str, 
 
 
 def write_chains(out, material: MipMaterial, chain: MipChain, trained, storage: str, *, albedo: bool,
-                 layout: str = "separate", normal_convention: str | None = None) -> None:
+                 layout: str = "separate", normal_convention: str | None = None, prefix: str = "",
+                 role: str = "texture", containers: tuple[str, ...] = ("dds", "ktx2")) -> None:
     """``normal``, ``roughness`` (and ``albedo``) as .dds and .ktx2 with all authored
-    levels, one texture per role or packed in an engine ``layout``."""
+    levels, one texture per role or packed in an engine ``layout``; file names start with
+    ``prefix`` and are recorded under ``role``."""
     levels = stored_levels(material, chain, trained)
-    roles = ("normal", "roughness", "albedo") if albedo else ("normal", "roughness")
+    maps = ("normal", "roughness", "albedo") if albedo else ("normal", "roughness")
     if layout != "separate" or normal_convention not in (None, "gl"):
-        _write_packed(out, material, chain, {r: levels[r] for r in roles}, storage, layout, normal_convention)
+        _write_packed(out, material, chain, {r: levels[r] for r in maps}, storage, layout, normal_convention,
+                      prefix, role, containers)
         return
-    for role in roles:
-        images = levels[role]
-        if storage == "bcn":
-            codec, fmt = STORAGE[role][storage]
-            keep = {"bc5": 2, "bc4": 1, "bc7": 3}[codec]
-            mips = [bcn.encode(img[..., :keep], codec) for img in images]
-            kwargs = {"width": chain.width, "height": chain.height}
-        else:
-            fmt = STORAGE[role][storage]
-            mips = [img if img.shape[2] != 3 else np.concatenate([img, np.ones_like(img[..., :1])], axis=2)
-                    for img in images]
-            kwargs = {}
-        for ext in ("dds", "ktx2"):
-            out.write_texture(f"{role}.{ext}", fmt, mips, role="texture", **kwargs)
+    for name in maps:
+        fmt, mips, kwargs = _encoded(name, levels[name], storage, chain)
+        for ext in containers:
+            out.write_texture(f"{prefix}{name}.{ext}", fmt, mips, role=role, **kwargs)
+
+
+def write_baseline_chain(out, material: MipMaterial, chain: MipChain, filtered, storage: str, name: str, *,
+                         layout: str = "separate", normal_convention: str | None = None) -> None:
+    """A classical filter's chain (``name``: toksvig) as a studio would ship it instead,
+    stored and laid out as the trained one (``{name}_normal.dds``, ``{name}_roughness.dds``
+    or the layout's packed textures), DDS only, so a viewer draws both chains level by level.
+    Its albedo is the box chain's, which a viewer makes from level 0, so it is not written."""
+    write_chains(out, material, chain, filtered, storage, albedo=False, layout=layout,
+                 normal_convention=normal_convention, prefix=f"{name}_", role="baseline", containers=("dds",))
+
+
+def _encoded(role: str, images: list[np.ndarray], storage: str, chain: MipChain) -> tuple[str, list, dict]:
+    """(container format, mips, write_texture size arguments) of one map's levels."""
+    if storage == "bcn":
+        codec, fmt = STORAGE[role][storage]
+        keep = {"bc5": 2, "bc4": 1, "bc7": 3}[codec]
+        return fmt, [bcn.encode(img[..., :keep], codec) for img in images], {"width": chain.width,
+                                                                              "height": chain.height}
+    mips = [img if img.shape[2] != 3 else np.concatenate([img, np.ones_like(img[..., :1])], axis=2) for img in images]
+    return STORAGE[role][storage], mips, {}
 
 
 #: A packed texture's storage by what it holds (bakery.layouts.Packed.kind).
@@ -75,7 +90,8 @@ PACKED_STORAGE = {
 
 
 def _write_packed(out, material: MipMaterial, chain: MipChain, levels: dict[str, list[np.ndarray]], storage: str,
-                  layout: str, normal_convention: str | None) -> None:
+                  layout: str, normal_convention: str | None, prefix: str, file_role: str,
+                  containers: tuple[str, ...]) -> None:
     for role, source in (("metalness", material.metalness), ("ao", material.ao)):
         if source is not None:
             chain_of = [source]
@@ -99,8 +115,8 @@ def _write_packed(out, material: MipMaterial, chain: MipChain, levels: dict[str,
             mips = [np.concatenate([img] + [np.ones_like(img[..., :1])] * (want - img.shape[2]), axis=2)
                     if img.shape[2] < want else img for img in images]
             kwargs = {}
-        for ext in ("dds", "ktx2"):
-            out.write_texture(f"{name}.{ext}", fmt, mips, role="texture", **kwargs)
+        for ext in containers:
+            out.write_texture(f"{prefix}{name}.{ext}", fmt, mips, role=file_role, **kwargs)
 
 
 def _upscaled(image: np.ndarray) -> np.ndarray:

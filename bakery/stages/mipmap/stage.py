@@ -5,7 +5,8 @@ highlights shimmer or vanish at a distance). Here every level L >= 1 is trained 
 shading it with the shared GGX BRDF matches the 2^L x 2^L area average of shading level
 0, over light/view pairs drawn afresh each step. The same run measures the trained chain
 and the classical filters (box, Toksvig, vMF) on held-out pairs and writes the chains as
-DDS and KTX2 with every authored level, plus a rendered preview per level.
+DDS and KTX2 with every authored level, plus a rendered preview per level; the Toksvig
+chain (the baseline a studio ships) is written beside them as DDS, level by level.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from bakery.stages.params import AUTO, QUALITY, Param, Presets
 from bakery.stages.mipmap.chain import MipChain
 from bakery.stages.mipmap.material import load_mip_material
 from bakery.stages.mipmap.objective import STARTS, MipFit
-from bakery.stages.mipmap.outputs import flip_error, write_chains, write_previews
+from bakery.stages.mipmap.outputs import flip_error, write_baseline_chain, write_chains, write_previews
 from bakery.verdict import budget_reason, error_verdict, margin_of_error, part
 
 #: What ``auto`` means: at ``production`` a CPU device (lavapipe, 2 cores) finishes a 256^2
@@ -43,7 +44,7 @@ BASELINES = ("box", "toksvig", "vmf")
 @register
 class Mipmap(Stage):
     type_name = "mipmap"
-    version = "1"
+    version = "2"
     description = "train normal/roughness mip chains that shade like the full-resolution map"
     input_roles = ("normal", "roughness", "albedo", "metalness", "ao")
     presets = PRESETS
@@ -119,9 +120,11 @@ class Mipmap(Stage):
         summary = {f"{name}_rmse_1_4": round(float(np.sqrt(np.mean(mse[name][:4]))), 6) for name in chains}
         summary["reduction_vs_toksvig_1_4"] = round(1.0 - summary["trained_rmse_1_4"] / summary["toksvig_rmse_1_4"], 4)
 
+        convention = None if params["normal_convention"] == "layout" else params["normal_convention"]
         write_chains(ctx.out, material, chain, chains["trained"], params["format"], albedo=params["train_albedo"],
-                     layout=params["layout"],
-                     normal_convention=None if params["normal_convention"] == "layout" else params["normal_convention"])
+                     layout=params["layout"], normal_convention=convention)
+        write_baseline_chain(ctx.out, material, chain, chains["toksvig"], params["format"], "toksvig",
+                             layout=params["layout"], normal_convention=convention)
         write_previews(ctx.out, reference, renders)
         ctx.log.info("%s: %dx%d, levels 1-%d, %d steps x %d pairs; RMSE 1-4 trained %.4f box %.4f toksvig %.4f",
                      inp.name, width, height, chain.deepest, settings["steps"], settings["pairs"],

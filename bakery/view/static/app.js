@@ -460,11 +460,35 @@ async function recedingPlane(tex, width, height) {
   return flipRows(readBack(scene, camera, width, height), width, height);
 }
 
+// The baseline chains the trained one is shown against, by texture: the box chain (made
+// here from level 0) and, where the bundle ships it, the Toksvig chain (`toksvig_<name>`).
+function mipBaselines(b, name) {
+  return [['box', 'box'], ...(b.files[`toksvig_${name}`] === 'baseline' ? [['toksvig', 'Toksvig']] : [])];
+}
+
+// Level `level` of baseline `kind` of texture `name`, as the view draws it.
+async function mipBaseline(id, name, kind, level) {
+  const b = state.byId.get(id);
+  if (kind === 'toksvig') return mipLevel(id, `toksvig_${name}`, level);
+  const levels = await textureLevels(b, name);
+  const box = cached(`box:${id}/${name}`, () => boxChain(levels));
+  const [width, height] = levels.sizes[level];
+  return { width, height, pixels: box.levels[level][0] };
+}
+
+async function baselineChain(b, name, kind) {
+  if (kind === 'toksvig') return chainTexture(await textureLevels(b, `toksvig_${name}`));
+  const levels = await textureLevels(b, name);
+  return chainTexture(cached(`box:${b.id}/${name}`, () => boxChain(levels)));
+}
+
 async function viewMipmap(b, el) {
-  const names = Object.keys(b.files).filter((n) => n.endsWith('.dds'));
+  const names = Object.keys(b.files).filter((n) => n.endsWith('.dds') && b.files[n] !== 'baseline');
   for (const name of names) {
     const levels = await textureLevels(b, name);
-    const box = boxChain(levels);
+    const kinds = mipBaselines(b, name);
+    const wrap = document.createElement('div');
+    wrap.dataset.texture = name;
     const h = document.createElement('h3');
     h.textContent = `${name} (${levels.format}, ${levels.levels.length} levels)`;
     const row = document.createElement('div');
@@ -472,19 +496,26 @@ async function viewMipmap(b, el) {
     const planes = document.createElement('div');
     planes.className = 'row';
     const w = 260, ht = 170;
-    planes.append(figure(toCanvas(await recedingPlane(chainTexture(levels), w, ht), w, ht), 'trained chain on a receding plane'));
-    planes.append(figure(toCanvas(await recedingPlane(chainTexture(box), w, ht), w, ht), 'box chain (baseline)'));
-    let level = 1;
-    const [label] = select('level', levels.levels.map((_, m) => [m, `${m}: ${levels.sizes[m].join('x')}`]), (v) => { level = +v; draw(); });
-    label.querySelector('select').value = String(Math.min(1, levels.levels.length - 1));
+    const trainedPlane = figure(toCanvas(await recedingPlane(chainTexture(levels), w, ht), w, ht), 'trained chain on a receding plane');
+    let level = Math.min(1, levels.levels.length - 1), kind = 'box';
+    const [label, levelSelect] = select('level', levels.levels.map((_, m) => [m, `${m}: ${levels.sizes[m].join('x')}`]), (v) => { level = +v; draw(); });
+    const [kindLabel] = select('against', kinds, (v) => { kind = v; draw(); });
+    levelSelect.value = String(level);
     async function draw() {
-      const r = await mipLevel(b.id, name, level);
-      const s = scaleFor(r.width);
+      wrap.dataset.drawn = '';
+      const shown = `${kind}:${level}`, caption = kinds.find(([k]) => k === kind)[1];
+      const [r, base, plane] = await Promise.all([mipLevel(b.id, name, level), mipBaseline(b.id, name, kind, level),
+        cached(`plane:${b.id}/${name}:${kind}`, async () => recedingPlane(await baselineChain(b, name, kind), w, ht))]);
+      if (shown !== `${kind}:${level}`) return;   // a later choice is drawing
+      const s = scaleFor(r.width), baseCanvas = toCanvas(base.pixels, base.width, base.height, s);
+      baseCanvas.dataset.chain = kind;
+      planes.replaceChildren(trainedPlane, figure(toCanvas(plane, w, ht), `${caption} chain (baseline)`));
       row.replaceChildren(figure(toCanvas(r.pixels, r.width, r.height, s), `trained, level ${level}`),
-        figure(toCanvas(box.levels[level][0], r.width, r.height, s), `box, level ${level}`));
+        figure(baseCanvas, `${caption}, level ${level}`));
+      wrap.dataset.drawn = shown;
     }
-    el.append(h, planes, label, row);
-    level = Math.min(1, levels.levels.length - 1);
+    wrap.append(h, planes, label, kindLabel, row);
+    el.append(wrap);
     await draw();
   }
 }
@@ -572,7 +603,7 @@ async function main() {
 
 window.bakeryView = {
   ready: main().then(() => { document.getElementById('status').textContent = state.errors.length ? `${state.errors.length} errors` : 'ready'; }),
-  state, decodeNtc, renderMaterial, mipLevel, decodeTexture,
+  state, decodeNtc, renderMaterial, mipLevel, mipBaseline, decodeTexture,
   // pixel arrays cross into Playwright as base64
   b64: (u8) => { let s = ''; for (let i = 0; i < u8.length; i += 0x8000) s += String.fromCharCode(...u8.subarray(i, i + 0x8000)); return btoa(s); },
 };
