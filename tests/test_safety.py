@@ -132,6 +132,7 @@ def test_clean_removes_only_what_bakery_wrote(project):
     assert bakery(project, "bake", "pipeline.toml").returncode == 0
     (project / "out/README.txt").write_text("the art team's notes")
     (project / "out/blur.meta").write_text("unity")
+    (project / "out/view-snapshot.json").write_text('{"snapshot": "../shots"}')   # `bakery view --snapshot`'s record
     (project / "cache/notes.txt").write_text("mine")
     r = bakery(project, "clean", "pipeline.toml")
     assert r.returncode == 0, r.stderr

@@ -252,9 +252,12 @@ def test_the_report_shows_what_the_browser_computed(viewer, out, tmp_path):
     (mine / "texture" / "rust" / "manifest.json").write_bytes((out / "texture" / "rust" / "manifest.json").read_bytes() + b"\n")
     (shots / "mips" / "bricks" / "view.png").unlink()
     (shots / "mips" / "bricks" / "view.png").symlink_to(shots / "viewer.png")
-    tasks = [TaskOutcome(*b.id.split("/"), "built", stage_type=b.manifest["stage"]["type"]) for b in app.bundles]
-    report = write_html_report(BakeReport("pipeline.toml", "out", tasks=tasks), {b.id: mine / b.id for b in app.bundles},
-                               mine / "report.html")
+    tasks = [TaskOutcome(*b.id.split("/"), "built", key=f"key-{i}", stage_type=b.manifest["stage"]["type"])
+             for i, b in enumerate(app.bundles)]
+    for _ in range(2):   # drawn, then from the section memo (the snapshot row is never memoised)
+        report = write_html_report(BakeReport("pipeline.toml", "out", tasks=tasks),
+                                   {b.id: mine / b.id for b in app.bundles}, mine / "report.html", memo=tmp_path / "memo")
+    assert len(list((tmp_path / "memo").iterdir())) == len(tasks)
     page_html = report.read_text()
     sections = {t.stage: page_html.split(f"id='{task_anchor(t)}'")[1].split("</section>")[0] for t in tasks}
     for stage in ("compress", "compress_bc", "neural_material"):

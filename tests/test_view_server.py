@@ -149,3 +149,26 @@ def test_the_snapshot_record_in_out_replaces_only_its_own_file(tmp_path):
     (out / RECORD_NAME).unlink()
     (out / RECORD_NAME).symlink_to(tmp_path / "elsewhere.json")
     assert record_snapshot(out, shots) is None and not (tmp_path / "elsewhere.json").exists()
+
+
+def test_view_snapshot_records_its_folder_for_the_report(tmp_path, monkeypatch):
+    """`bakery view OUT --snapshot DIR` writes OUT/view-snapshot.json naming DIR (the
+    browser itself is tested in tests/test_view.py); a foreign file of that name stays."""
+    from click.testing import CliRunner
+
+    import bakery.view.snapshot as snapshot
+    from bakery.cli import main
+    from bakery.view.server import node_modules
+
+    if node_modules() is None:
+        pytest.skip("three.js is not installed (npm ci)")
+    monkeypatch.setattr(snapshot, "write_snapshot", lambda url, bundles, dest: [])
+    out = tmp_path / "out"
+    out.mkdir()
+    r = CliRunner().invoke(main, ["view", str(out), "--snapshot", str(tmp_path / "shots")])
+    assert r.exit_code == 0, r.output
+    assert json.loads((out / "view-snapshot.json").read_text()) == {"snapshot": "../shots"}
+    (out / "view-snapshot.json").write_text("mine")
+    r = CliRunner().invoke(main, ["view", str(out), "--snapshot", str(tmp_path / "shots")])
+    assert r.exit_code == 0 and "was not written by bakery" in r.output
+    assert (out / "view-snapshot.json").read_text() == "mine"
