@@ -125,6 +125,82 @@ def check_bundle_target(out_dir: Path, *, key: str = "-o") -> None:
                          "its own bundles: choose a new or empty folder", where=str(out_dir), key=key)
 
 
+# -- bakery decompress -o DIR -----------------------------------------------------------
+#: What ``bakery decompress`` leaves in its output folder: the names it wrote, so a later
+#: decompress into the same folder replaces those and nothing else.
+DECOMPRESS_MARKER = ".bakery-decompress.json"
+
+
+def decompressed_names(folder: Path) -> set[str] | None:
+    """The files an earlier ``bakery decompress`` wrote in ``folder`` (its marker), or None."""
+    from bakery.safe_files import MAX_METADATA_BYTES, read_regular
+
+    try:
+        doc = json.loads(read_regular(Path(folder) / DECOMPRESS_MARKER, limit=MAX_METADATA_BYTES))
+    except (OSError, ValueError, RecursionError):
+        return None
+    names = doc.get("files") if isinstance(doc, dict) and doc.get("written_by") == "bakery decompress" else None
+    if not isinstance(names, list) or not all(isinstance(n, str) and "/" not in n for n in names):
+        return None
+    return set(names)
+
+
+def pipeline_sources_above(folder: Path) -> list[Path]:
+    """Every source asset declared by a pipeline file (``*.toml`` with an ``[assets]``
+    table) in ``folder`` or any folder above it, and those pipeline files: what
+    ``decompress --force`` may never replace."""
+    import tomllib
+
+    found: list[Path] = []
+    for d in [folder, *folder.parents]:
+        try:
+            tomls = sorted(d.glob("*.toml"))
+        except OSError:
+            continue
+        for t in tomls:
+            try:
+                doc = tomllib.loads(t.read_text(encoding="utf-8-sig")) if t.is_file() and t.stat().st_size < (1 << 20) else {}
+            except (OSError, ValueError, UnicodeDecodeError):
+                continue
+            if isinstance(doc.get("assets"), dict):
+                found.append(t.resolve())
+                found += declared_asset_paths(doc["assets"], d.resolve(), [])
+    return found
+
+
+def check_decompress_target(out_dir: Path, names: Iterable[str], *, force: bool) -> None:
+    """``bakery decompress -o DIR``: DIR must be new, empty or written by an earlier
+    decompress (then only its own files are replaced); ``force`` lets it write into any
+    folder but still never replaces a source asset of a pipeline above DIR, nor a link."""
+    out_dir = Path(out_dir)
+    if out_dir.is_symlink():
+        raise UsageError("is a symbolic link; give the real folder", where=str(out_dir), key="-o")
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir():
+        raise UsageError("exists and is not a folder", where=str(out_dir), key="-o")
+    ours = decompressed_names(out_dir) or set()
+    clashes = sorted(n for n in names if (out_dir / n).exists() or (out_dir / n).is_symlink())
+    foreign = [n for n in clashes if n not in ours]
+    if not foreign:
+        return
+    if not force:
+        what = "holds files bakery did not write" if not ours else "holds files an earlier decompress did not write"
+        raise UsageError(f"{what} (e.g. {foreign[0]}); choose a new or empty folder, or --force to replace them",
+                         where=str(out_dir), key="-o")
+    sources = pipeline_sources_above(out_dir.resolve())
+    for n in foreign:
+        target = out_dir / n
+        if target.is_symlink() or not target.is_file():
+            raise UsageError("is not a regular file; refusing to replace it even with --force", where=str(target),
+                             key="-o")
+        real = target.resolve()
+        hit = next((p for p in sources if real == p or real.is_relative_to(p)), None)
+        if hit is not None:
+            raise UsageError(f"is a source asset of the pipeline above it ({hit.name}); decompress never replaces "
+                             "one, even with --force", where=str(target), key="-o")
+
+
 # -- --report FILE -----------------------------------------------------------------------
 def check_report_target(path: Path | None) -> None:
     """``--report`` may overwrite a previous bake report, never another file."""

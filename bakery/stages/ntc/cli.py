@@ -3,11 +3,15 @@ ntc-cli's decompress does), through the CPU reference decoder: no GPU needed.
 
 ``--format png`` writes ``{role}.png`` (mip 0) and ``{role}_mip{L}.png``; ``--format dds``
 writes ``{role}.dds`` in the role's BCn format with the whole mip chain. A bad bundle
-or one that is not from the ``ntc`` stage ends with exit code 2 and one line.
+or one that is not from the ``ntc`` stage ends with exit code 2 and one line. DIR follows
+``bakery run -o``'s rule: a new or empty folder, or one an earlier decompress wrote
+(its ``.bakery-decompress.json`` names the files it may replace); ``--force`` writes into
+any other folder but never replaces a source asset of a pipeline found above DIR.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -19,22 +23,35 @@ from bakery.errors import EXIT_USAGE
 
 
 def decompress_bundle(bundle: Path, mips: bool = True) -> tuple[list[str], list[dict[str, np.ndarray]]]:
-    """(roles, per colour mip {role: image in [0, 1]}) of an NTC bundle."""
+    """(roles, per colour mip {role: image in [0, 1]}) of an NTC bundle. Every name and
+    size comes from the reader's checked ``ntc`` record (roles from the role table, the
+    latent file among the listed, hashed files), never from the raw manifest."""
+    from bakery.formats.errors import BundleError
     from bakery.formats.reader import read_bundle
     from bakery.materials import renormalize_normals
     from bakery.stages.ntc.decode import decode_image, latent_values
 
     b = read_bundle(bundle)
-    if b.manifest.get("stage", {}).get("type") != "ntc" or "ntc" not in b.manifest:
-        raise click.UsageError(f"{bundle}: not an ntc bundle (stage {b.manifest.get('stage', {}).get('type')!r})")
-    grid, levels = latent_values(bundle, b.manifest)
-    mat = b.manifest["ntc"]["material"]
+    stage = b.manifest["stage"]["type"]
+    if stage != "ntc" or b.ntc is None:
+        raise click.UsageError(f"{bundle}: not an ntc bundle (stage {stage!r})")
+    grid, levels = latent_values(b)
+    if b.network is None or b.network.n_inputs != grid.n_inputs:
+        raise BundleError(f"the decoder network takes {b.network.n_inputs if b.network else 'no'} inputs, the latent "
+                          f"grid gives {grid.n_inputs}", where=str(b.path / "manifest.json"))
     out = []
     for m in range(len(grid.color_mips) if mips else 1):
-        img = renormalize_normals(decode_image(grid, levels, b.network, b.params, m), mat["normal_channel"])
+        img = renormalize_normals(decode_image(grid, levels, b.network, b.params, m), b.ntc.normal_channel)
         img = np.clip(img, 0.0, 1.0)
-        out.append({r: img[..., a:a + n] for r, (a, n) in mat["channels"].items()})
-    return list(mat["channels"]), out
+        out.append({r: img[..., a:a + n] for r, (a, n) in b.ntc.channels.items()})
+    return list(b.ntc.roles), out
+
+
+def output_names(roles: list[str], mip_count: int, fmt: str) -> list[str]:
+    """The files decompress writes for these roles (role names come from the role table)."""
+    if fmt == "dds":
+        return [f"{r}.dds" for r in roles]
+    return [f"{r}.png" if m == 0 else f"{r}_mip{m}.png" for m in range(mip_count) for r in roles]
 
 
 @click.command("decompress")
@@ -42,11 +59,18 @@ def decompress_bundle(bundle: Path, mips: bool = True) -> tuple[list[str], list[
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path), help="output folder")
 @click.option("--format", "fmt", type=click.Choice(["png", "dds"]), default="png", show_default=True)
 @click.option("--mips/--no-mips", default=True, show_default=True, help="every mip level, or mip 0 only")
+@click.option("--force", is_flag=True,
+              help="Write into a folder holding other files, replacing same-named ones (never a pipeline's "
+                   "source asset).")
 @click.pass_context
-def decompress_cmd(ctx: click.Context, bundle: Path, out_dir: Path, fmt: str, mips: bool) -> None:
-    """Decode an ntc BUNDLE to PNGs or BCn DDS files (with mips) in DIR."""
+def decompress_cmd(ctx: click.Context, bundle: Path, out_dir: Path, fmt: str, mips: bool, force: bool) -> None:
+    """Decode an ntc BUNDLE to PNGs or BCn DDS files (with mips) in DIR.
+
+    DIR must be new, empty or an earlier decompress's (whose files alone are replaced)."""
     from bakery.formats.errors import BundleError
     from bakery.formats.images import encode_png
+    from bakery.formats.publish import write_atomic
+    from bakery.pipeline.safety import DECOMPRESS_MARKER, check_decompress_target, decompressed_names
 
     try:
         roles, levels = decompress_bundle(bundle, mips)
@@ -54,6 +78,8 @@ def decompress_cmd(ctx: click.Context, bundle: Path, out_dir: Path, fmt: str, mi
         click.echo(f"error: {e.format_message() if isinstance(e, click.UsageError) else e}", err=True)
         ctx.exit(EXIT_USAGE)
         return
+    names = output_names(roles, len(levels), fmt)
+    check_decompress_target(out_dir, names, force=force)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
@@ -72,8 +98,12 @@ def decompress_cmd(ctx: click.Context, bundle: Path, out_dir: Path, fmt: str, mi
                 tex = make_texture(f, [p[role][1] for p in per_mip], width=w, height=h)
                 (staging / f"{role}.dds").write_bytes(write_dds(tex))
         out_dir.mkdir(parents=True, exist_ok=True)
-        for p in sorted(staging.iterdir()):
-            p.replace(out_dir / p.name)
+        ours = sorted((decompressed_names(out_dir) or set()) | set(names))
+        # The marker first: a kill between the renames leaves every written file claimed.
+        write_atomic(out_dir / DECOMPRESS_MARKER, json.dumps(
+            {"written_by": "bakery decompress", "files": ours}, indent=1).encode() + b"\n")
+        for name in names:
+            (staging / name).replace(out_dir / name)  # a rename: replaces a name, never follows a link
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     click.echo(f"decompress: wrote {len(levels)} mip level(s) of {', '.join(roles)} to {out_dir}")
