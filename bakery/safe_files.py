@@ -79,6 +79,23 @@ def read_regular(path: str | os.PathLike, *, limit: int = MAX_FILE_BYTES, beneat
         os.close(fd)
 
 
+def open_regular(path: str | os.PathLike):
+    """A binary file object for reading the regular file ``path`` (refused like
+    :func:`read_regular`, without the size bound: for hashing in chunks)."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW | _CLOEXEC)
+    except OSError:
+        if path.is_symlink():
+            raise RefusedFile(path, "is a symbolic link; bakery reads only regular files") from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise RefusedFile(path, f"is {_kind(st.st_mode)}; bakery reads only regular files")
+    return os.fdopen(fd, "rb")
+
+
 def is_regular(path: str | os.PathLike) -> bool:
     """A regular file, not a link to one (lstat: never opens, never blocks)."""
     try:

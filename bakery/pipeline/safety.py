@@ -106,8 +106,10 @@ def declared_asset_paths(table: Any, root: Path, generated: Iterable[Path]) -> l
 def is_bundle(folder: Path) -> bool:
     """True when ``folder`` holds a manifest.json that bakery wrote (a JSON object with
     its schema and file list): the only kind of non-empty folder bakery may replace."""
+    from bakery.safe_files import MAX_METADATA_BYTES, read_regular
+
     try:
-        manifest = json.loads((Path(folder) / MANIFEST_NAME).read_bytes())
+        manifest = json.loads(read_regular(Path(folder) / MANIFEST_NAME, limit=MAX_METADATA_BYTES))
     except (OSError, ValueError, RecursionError):
         return False
     return (isinstance(manifest, dict) and "schema_version" in manifest and "bakery_version" in manifest
@@ -118,6 +120,9 @@ def check_bundle_target(out_dir: Path, *, key: str = "-o") -> None:
     """Refuses to publish over an existing folder that is neither empty nor a bundle
     (``-o .``, the folder holding the inputs): publishing replaces the whole folder."""
     out_dir = Path(out_dir)
+    if out_dir.is_symlink():
+        raise UsageError("is a symbolic link; bakery never publishes through a link it did not make: give the "
+                         "real folder", where=str(out_dir), key=key)
     if not out_dir.is_dir() or is_bundle(out_dir):
         return
     if any(out_dir.iterdir()):
@@ -204,14 +209,11 @@ def check_decompress_target(out_dir: Path, names: Iterable[str], *, force: bool)
 # -- --report FILE -----------------------------------------------------------------------
 def check_report_target(path: Path | None) -> None:
     """``--report`` may overwrite a previous bake report, never another file."""
-    if path is None or not Path(path).exists():
+    from bakery.pipeline.ownership import is_bake_report
+
+    if path is None or not (Path(path).exists() or Path(path).is_symlink()):
         return
-    try:
-        doc = json.loads(Path(path).read_bytes())
-        ours = isinstance(doc, dict) and "schema" in doc and "tasks" in doc and "totals" in doc
-    except (OSError, ValueError, RecursionError):
-        ours = False
-    if not ours:
+    if Path(path).is_symlink() or not is_bake_report(Path(path)):
         raise UsageError("exists and is not a bake report; refusing to overwrite it", where=str(path),
                          key="--report")
 
@@ -307,28 +309,48 @@ def _remove(p: Path) -> None:
     shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
 
 
-def _prune_empty(root: Path) -> None:
-    """Removes folders below ``root`` left empty (deepest first); ``root`` stays."""
-    for d in sorted((p for p in root.rglob("*") if p.is_dir() and not p.is_symlink()),
-                    key=lambda p: len(p.parts), reverse=True):
-        if not any(d.iterdir()):
-            d.rmdir()
+def _prune_emptied(root: Path, removed: Iterable[Path]) -> None:
+    """Removes the folders below ``root`` that only held what clean removed (deepest
+    first); folders a person made empty, and ``root``, stay."""
+    candidates = set()
+    for p in removed:
+        for parent in p.parents:
+            if parent == root or not parent.is_relative_to(root):
+                break
+            candidates.add(parent)
+    for d in sorted(candidates, key=lambda p: len(p.parts), reverse=True):
+        try:
+            if d.is_dir() and not d.is_symlink() and not any(d.iterdir()):
+                d.rmdir()
+        except OSError:
+            pass
 
 
 def _is_leftover(p: Path) -> bool:
-    from bakery.formats.publish import ASIDE_SUFFIX
+    from bakery.formats.publish import ASIDE_SUFFIX, stale_staging
 
-    return p.is_dir() and (".staging-" in p.name and p.name.startswith(".") or p.name.endswith(ASIDE_SUFFIX))
+    if p.is_symlink() or not p.is_dir():
+        return False
+    return p in stale_staging(p.parent) or (p.name.endswith(ASIDE_SUFFIX) and is_bundle(p))
+
+
+def _ours_at_top(p: Path) -> bool:
+    from bakery.pipeline.ownership import is_bake_report, is_html_report
+
+    return (p.name == OUT_FILES[0] and is_bake_report(p)) or (p.name == OUT_FILES[1] and is_html_report(p))
 
 
 def clean_output(out: Path, keep: Iterable[str] = ()) -> tuple[int, list[Path]]:
-    """Removes what bakery wrote in ``out``: bundle folders (with any engine files inside
-    them), logs, the report and staging leftovers. Everything else stays. Returns
+    """Removes what bakery can prove it wrote in ``out``: bundle folders (with any engine
+    files inside them), the logs in its own ``logs/`` folder, its reports and staging
+    leftovers. Everything else stays, empty folders a person made included. Returns
     ``(entries removed, files kept)``."""
+    from bakery.pipeline.ownership import LEDGER, disown, is_owned
+
     out = Path(out)
-    if not out.is_dir():
+    if not out.is_dir() or out.is_symlink():
         return 0, []
-    removed = 0
+    removed: list[Path] = []
     todo = [p for p in sorted(out.iterdir()) if p.name not in keep]
     while todo:
         p = todo.pop()
@@ -336,26 +358,41 @@ def clean_output(out: Path, keep: Iterable[str] = ()) -> tuple[int, list[Path]]:
             continue  # a link is never ours to follow or remove
         if p.is_dir() and (is_bundle(p) or _is_leftover(p)):
             _remove(p)
-            removed += 1
+            removed.append(p)
+        elif p.is_dir() and p == out / "logs" and is_owned(p):
+            for log in sorted(p.rglob("*.log")):
+                if log.is_file() and not log.is_symlink() and not any(q.is_symlink() for q in log.parents if q.is_relative_to(p)):
+                    log.unlink()
+                    removed.append(log)
+            _prune_emptied(p, removed)
+            if not any(p.iterdir()):
+                p.rmdir()
+                disown(p)
         elif p.is_dir():
             todo.extend(sorted(p.iterdir()))
-        elif (p.parent == out and p.name in OUT_FILES) or (p.suffix == ".log" and p.is_relative_to(out / "logs")):
+        elif p.parent == out and _ours_at_top(p):
             p.unlink()
-            removed += 1
-    _prune_empty(out)
-    kept = [p for p in sorted(out.rglob("*")) if not p.is_dir() and p.name not in keep]
-    return removed, kept
+            removed.append(p)
+    _prune_emptied(out, removed)
+    kept = [p for p in sorted(out.rglob("*")) if not p.is_dir() and p.name not in keep and p != out / LEDGER]
+    return len(removed), kept
 
 
 def clean_cache(cache: Path) -> tuple[int, list[Path]]:
-    """Removes the cache's own parts; the folder goes too when nothing else is in it."""
+    """Removes the cache's own parts (the folders its ledger lists, or an earlier bakery's
+    recognised by their shape); the folder
+    itself goes too when bakery made it and nothing else is in it."""
+    from bakery.pipeline.ownership import is_owned, legacy_cache_part, read_ledger, write_ledger
+
     cache = Path(cache)
-    if not cache.is_dir():
+    if not cache.is_dir() or cache.is_symlink():
         return 0, []
-    doomed = [cache / n for n in CACHE_PARTS if (cache / n).exists() or (cache / n).is_symlink()]
+    doomed = [cache / n for n in CACHE_PARTS if is_owned(cache / n) or legacy_cache_part(cache, n)]
     for p in doomed:
         _remove(p)
+    made_by_us = read_ledger(cache)["made"]
+    write_ledger(cache, {"made": False, "folders": []})
     kept = sorted(cache.rglob("*"))
-    if not kept:
+    if not kept and made_by_us:
         cache.rmdir()
     return len(doomed), [p for p in kept if not p.is_dir()]
