@@ -30,8 +30,8 @@ RUNNERS = ("local", "ray")
 STAGE_REF = "stage:"
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _GLOB_CHARS = set("*?[")
-_PROJECT_KEYS = {"name", "out", "cache", "device", "seed", "plugins", "runner"}
-_STAGE_KEYS = {"type", "inputs", "params", "seed", "description", "require"}
+_PROJECT_KEYS = {"name", "out", "cache", "device", "seed", "plugins", "runner", "dispatch_timeout"}
+_STAGE_KEYS = {"type", "inputs", "params", "seed", "description", "require", "dispatch_timeout"}
 
 
 class ConfigError(UsageError):
@@ -66,6 +66,7 @@ class StageDecl:
     params: dict[str, Any]
     seed: int
     require: list = field(default_factory=list)  # bakery.pipeline.gates.Gate
+    dispatch_timeout: float | None = None  # seconds; None: the project's
 
     @property
     def upstream(self) -> list[str]:
@@ -83,6 +84,7 @@ class Pipeline:
     seed: int
     plugins: list[str]
     runner: str = "local"      # local | ray (``bakery bake --runner`` overrides it)
+    dispatch_timeout: float = 600.0  # seconds one device submission may run (bakery.device)
     assets: dict[str, list[Asset]] = field(default_factory=dict)
     stages: dict[str, StageDecl] = field(default_factory=dict)
     source: SourceMap | None = None
@@ -145,6 +147,17 @@ def _expect(c: _Collector, key: str, value: Any, types: type | tuple, what: str)
     if not ok:
         c.add(key, f"expected {what}, got {value!r}")
     return ok
+
+
+def _timeout(c: _Collector, key: str, value: Any) -> float | None:
+    """A ``dispatch_timeout``: seconds, finite, in (0, 1e6]."""
+    import math
+
+    if _expect(c, key, value, (int, float), "a number of seconds"):
+        if math.isfinite(value) and 0 < value <= 1e6:
+            return float(value)
+        c.add(key, f"{value!r} is out of range (allowed seconds in (0, 1e6], default 600)")
+    return None
 
 
 def _parse(path: Path) -> tuple[dict, SourceMap]:
@@ -225,6 +238,7 @@ def load_pipeline(path: str | Path) -> Pipeline:
     seed = proj.get("seed", 0)
     if _expect(c, "project.seed", seed, int, "an integer") and seed < 0:
         c.add("project.seed", f"{seed} is out of range (allowed int >= 0, default 0)")
+    dispatch_timeout = _timeout(c, "project.dispatch_timeout", proj.get("dispatch_timeout", 600.0))
     plugins = proj.get("plugins", [])
     if not (isinstance(plugins, list) and all(isinstance(x, str) for x in plugins)):
         c.add("project.plugins", "expected a list of module names")
@@ -234,7 +248,7 @@ def load_pipeline(path: str | Path) -> Pipeline:
     pipe = Pipeline(path=path, root=root, name=str(name), out=out or root / "out",
                     cache=cache or root / ".bakery-cache", device=str(device),
                     seed=seed if isinstance(seed, int) else 0, plugins=plugins, source=source,
-                    runner=runner if runner in RUNNERS else "local")
+                    runner=runner if runner in RUNNERS else "local", dispatch_timeout=dispatch_timeout or 600.0)
     pipe.assets = _load_assets(doc.get("assets", {}), root, c, generated=(pipe.out, pipe.cache))
     if out and cache:
         for key, message in path_overlaps(out, cache, path.resolve(), _source_paths(pipe.assets, doc)):
@@ -434,6 +448,7 @@ def _load_stages(table: Any, pipe: Pipeline, declared_assets: set[str], c: _Coll
             except UsageError as e:
                 c.add_usage(e)
         require = parse_require(decl["require"], f"{key}.require", c.add, c.where) if "require" in decl else []
+        timeout = _timeout(c, f"{key}.dispatch_timeout", decl["dispatch_timeout"]) if "dispatch_timeout" in decl else None
         seed = decl.get("seed", pipe.seed)
         if _expect(c, f"{key}.seed", seed, int, "an integer") and seed < 0:
             c.add(f"{key}.seed", f"{seed} is out of range (allowed int >= 0, default {pipe.seed})")
@@ -465,5 +480,5 @@ def _load_stages(table: Any, pipe: Pipeline, declared_assets: set[str], c: _Coll
                         ok = False
                         break
         if ok and params is not None and isinstance(seed, int):
-            stages[name] = StageDecl(name, type_name, stage_cls, inputs, params, seed, require)
+            stages[name] = StageDecl(name, type_name, stage_cls, inputs, params, seed, require, timeout)
     return stages

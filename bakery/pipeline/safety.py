@@ -275,26 +275,84 @@ def filesystem_error(e: OSError) -> FilesystemError:
     return FilesystemError(f"file system error: {what}", where=where)
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM, raised in the main thread; ``exit_code`` is 128 + the signal
+    (130 for Ctrl-C, 143 for SIGTERM), the shells' convention CI systems read."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+
+#: Seconds a bake has after a signal to clean up and write its report before the process
+#: ends anyway (a driver call that does not return cannot run Python's handlers).
+SIGNAL_GRACE_S = 10.0
+
+
+def exit_code_of(e: BaseException) -> int:
+    return e.exit_code if isinstance(e, Interrupted) else 130
+
+
 @contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (what CI sends when it cancels a job) ends a bake like Ctrl-C: staging
-    folders removed, the report written, exit 130. SIGINT does so even where the bake was
-    started with SIGINT ignored (a script's `bakery bake &` inherits SIG_IGN, so a later
-    `kill -INT` from the hook would otherwise do nothing)."""
+def sigterm_as_interrupt(grace_s: float | None = None) -> Iterator[None]:
+    """SIGINT and SIGTERM (what CI sends when it cancels a job) end a bake like Ctrl-C:
+    staging folders removed, the report written, exit 130 or 143. SIGINT does so even where
+    the bake was started with SIGINT ignored (a script's `bakery bake &` inherits SIG_IGN,
+    so a later `kill -INT` from the hook would otherwise do nothing).
+
+    Python runs signal handlers only between bytecodes; a main thread blocked inside a
+    driver call would never see them. So the signal also wakes a watchdog thread (through
+    ``signal.set_wakeup_fd``, written by the C-level handler), which ends the process with
+    the same exit code if the bake has not stopped within ``grace_s`` seconds. Outputs are
+    published atomically, so stopping there loses nothing; the next bake sweeps the
+    staging folders."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    grace = SIGNAL_GRACE_S if grace_s is None else grace_s
+    done = threading.Event()
 
     def interrupt(signum, frame):
-        raise KeyboardInterrupt
+        raise Interrupted(signum)
+
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+
+    def watchdog():
+        sig = 0
+        while sig not in (signal.SIGINT, signal.SIGTERM):
+            try:
+                data = os.read(read_fd, 1)
+            except OSError:
+                return
+            if not data or done.is_set():
+                return
+            sig = data[0]
+        if not done.wait(grace):
+            try:
+                os.write(2, f"interrupted: the bake did not stop within {grace:g} s of "
+                            f"{signal.Signals(sig).name} (a device call that does not return); exiting; "
+                            "finished outputs are kept\n".encode())
+            except (OSError, ValueError):
+                pass
+            os._exit(128 + sig)
 
     previous_term = signal.signal(signal.SIGTERM, interrupt)
-    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    previous_int = signal.signal(signal.SIGINT, interrupt)
+    previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    thread = threading.Thread(target=watchdog, name="bakery-signal-watchdog", daemon=True)
+    thread.start()
     try:
         yield
     finally:
+        done.set()
+        signal.set_wakeup_fd(previous_fd)
         signal.signal(signal.SIGTERM, previous_term)
         signal.signal(signal.SIGINT, previous_int)
+        os.close(write_fd)  # the watchdog's read returns b"" and it ends
+        thread.join(timeout=1.0)
+        os.close(read_fd)
 
 
 # -- bakery clean ----------------------------------------------------------------------

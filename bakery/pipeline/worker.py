@@ -41,6 +41,12 @@ class DevicePool:
 
                 pin = {"gpu_uuid": self.gpu_uuid} if self.gpu_uuid else {}
                 dev = self.opened[spec.device] = open_device(spec.device, cache_dir=self.cache_dir, **pin)
+            if getattr(dev, "wedged", False):
+                from bakery.device import DispatchTimeout
+
+                raise DispatchTimeout("the device is still running a dispatch that exceeded its time limit; "
+                                      "re-run the bake", where=spec.id)
+            dev.dispatch_timeout = spec.dispatch_timeout
             if spec.device_class and dev.device_class != spec.device_class:
                 # The key was computed for another device: building would cache a lie.
                 raise DeviceError(f"opened {dev.device_class!r} but the bake was planned for "
