@@ -56,7 +56,7 @@ class OutputLock:
         if fd is None or not stat.S_ISREG(os.fstat(fd).st_mode):
             if fd is not None:
                 os.close(fd)
-            raise UsageError("is a link or not a regular file; bakery writes its lock only into a file of its own "
+            raise UsageError("is a symbolic link or not a regular file; bakery writes its lock only into a file of its own "
                              "(remove it)", where=str(self.path))
         told = False
         while True:
