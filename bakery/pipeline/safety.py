@@ -184,15 +184,18 @@ def check_decompress_target(out_dir: Path, names: Iterable[str], *, force: bool)
         return
     if not out_dir.is_dir():
         raise UsageError("exists and is not a folder", where=str(out_dir), key="-o")
-    ours = decompressed_names(out_dir) or set()
+    marked = decompressed_names(out_dir)
+    ours = marked or set()
     clashes = sorted(n for n in names if (out_dir / n).exists() or (out_dir / n).is_symlink())
     foreign = [n for n in clashes if n not in ours]
+    if not force and marked is None and any(out_dir.iterdir()):
+        raise UsageError("exists and was not written by bakery decompress; choose a new or empty folder, or --force "
+                         "to write into it", where=str(out_dir), key="-o")
     if not foreign:
         return
     if not force:
-        what = "holds files bakery did not write" if not ours else "holds files an earlier decompress did not write"
-        raise UsageError(f"{what} (e.g. {foreign[0]}); choose a new or empty folder, or --force to replace them",
-                         where=str(out_dir), key="-o")
+        raise UsageError(f"holds files an earlier decompress did not write (e.g. {foreign[0]}); choose a new or "
+                         "empty folder, or --force to replace them", where=str(out_dir), key="-o")
     sources = pipeline_sources_above(out_dir.resolve())
     for n in foreign:
         target = out_dir / n
