@@ -118,7 +118,7 @@ class _RunCommand(click.Command):
               metavar="SECONDS", help="Fail when one device dispatch runs longer (a shader that never terminates).")
 def run(stage, inputs, out_dir, param_items, seed, device_kind, dispatch_timeout):
     """Run one stage once: bakery run STAGE INPUT... -o OUT [--param k=v]."""
-    from bakery.device import open_device
+    from bakery.device import open_device, probe_device_class
     from bakery.errors import UsageError
     from bakery.pipeline.config import role_files
     from bakery.pipeline.safety import check_bundle_target, sigterm_as_interrupt
@@ -127,7 +127,7 @@ def run(stage, inputs, out_dir, param_items, seed, device_kind, dispatch_timeout
     from bakery.stages import StageInput, get_stage
 
     stage_cls = get_stage(stage, key="STAGE")
-    stage_cls.resolve(_parse_params(param_items), key_prefix="--param")
+    params = stage_cls.validate(_parse_params(param_items), key_prefix="--param")
     roles = stage_cls.input_roles
     if len(inputs) == 1 and Path(inputs[0]).is_dir() and len(roles) > 1:
         files = role_files(Path(inputs[0]), roles)
@@ -142,6 +142,10 @@ def run(stage, inputs, out_dir, param_items, seed, device_kind, dispatch_timeout
             raise UsageError("file not found", where=str(path), key=role)
     check_bundle_target(out_dir)
     name = Path(inputs[0]).stem
+    source = [StageInput(name=name, files=files)]
+    # ``auto`` resolves for the device the run will open, as a bake's planner does
+    settings = stage_cls.settings(params, files=files,
+                                  device_class=probe_device_class(device_kind) if stage_cls.uses_device else None)
     bar, shown = None, 0
 
     def report(done=None, total=None, **info):
@@ -161,9 +165,8 @@ def run(stage, inputs, out_dir, param_items, seed, device_kind, dispatch_timeout
 
     log = logging.getLogger("bakery.run")
     with sigterm_as_interrupt():  # CI cancels with SIGTERM: clean up like Ctrl-C
-        manifest = run_task(stage_cls, [StageInput(name=name, files=files)], _parse_params(param_items),
-                            seed=seed, device_provider=lambda: _timed(open_device(device_kind), dispatch_timeout),
-                            out_dir=out_dir,
+        manifest = run_task(stage_cls, source, settings, seed=seed,
+                            device_provider=lambda: _timed(open_device(device_kind), dispatch_timeout), out_dir=out_dir,
                             log=log, progress=report, where=stage)
     if bar is not None:
         bar.close()

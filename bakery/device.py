@@ -178,9 +178,11 @@ def device_class_of(backend: str, adapter: str) -> str:
     return f"{backend}:{adapter}"
 
 
-def _is_software(adapter_name: str) -> bool:
-    name = adapter_name.lower()
-    return "llvmpipe" in name or "lavapipe" in name
+def is_software_class(device_class: str) -> bool:
+    """Whether a device class (:func:`device_class_of`) names a software adapter (lavapipe)."""
+    from bakery.gpus import is_software_adapter
+
+    return is_software_adapter(device_class.partition(":")[2])
 
 
 def probe_device_class(kind: str) -> str | None:
@@ -192,9 +194,11 @@ def probe_device_class(kind: str) -> str | None:
     try:
         import slangpy as spy
 
+        from bakery.gpus import is_software_adapter
+
         def first(type_, software: bool) -> str | None:
             names = [a.name for a in spy.Device.enumerate_adapters(type_)]
-            return next((n for n in names if _is_software(n) == software), None)
+            return next((n for n in names if is_software_adapter(n) == software), None)
 
         def vulkan(software: bool) -> str | None:
             name = first(spy.DeviceType.vulkan, software)

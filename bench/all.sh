@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs benchmarks (and the test suite) on the GPU machine, each under its own time limit,
-# so one slow run cannot eat the others' share of a device call. Logs and JSON land in
-# $OUT (the device tool's return folder) or bench/out, packed as results.tar.gz.
+# so one slow run cannot eat the others' share of the machine's time. Logs and JSON land in
+# $OUT (where set) or bench/out, packed as results.tar.gz.
 #
 #   bash bench/all.sh NAME[:SECONDS] ...
 #

@@ -2,7 +2,7 @@
 
 On the H200 the SM clock falls from 1980 MHz to 345-435 MHz within ~0.3 s of the GPU
 idling (a compile, a readback, a new process) and comes back only after ~0.3-0.5 s of
-busy time, sometimes later (nvidia-smi every 10 ms, bench/RESULTS.md, eighth session):
+busy time, sometimes later (nvidia-smi every 10 ms; bench/RESULTS.md, "Measuring on the H200"):
 a loop timed right after idling runs partly at a quarter of the clock. Benchmarks call
 ``keep_busy`` with work that leaves the timed job's state alone, just before timing.
 """

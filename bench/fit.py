@@ -28,9 +28,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bakery.device import open_device  # noqa: E402
-from bakery.formats.images import load_image, psnr  # noqa: E402
+from bakery.formats.images import load_image  # noqa: E402
+from bakery.imaging import psnr  # noqa: E402
 from bakery.nn.trainer import TrainConfig, Trainer  # noqa: E402
-from bakery.pipeline.task import run_task  # noqa: E402
+from bakery.pipeline.task import run_task, settings_for  # noqa: E402
 from bakery.stages import StageInput, get_stage  # noqa: E402
 from bakery.stages.fit.objective import ShaderFit, initial_values  # noqa: E402
 from bakery.stages.fit.signature import reflect  # noqa: E402
@@ -61,7 +62,8 @@ def stage_run(spec: Path, optimizer: str, dev, out: Path) -> dict:
     variant = spec.with_name(f"rainbow_{optimizer}.toml")
     variant.write_text(text)
     t0 = time.perf_counter()
-    m = run_task(get_stage("fit"), [StageInput(variant.stem, {"fit": variant})], {}, seed=0,
+    stage, inputs = get_stage("fit"), [StageInput(variant.stem, {"fit": variant})]
+    m = run_task(stage, inputs, settings_for(stage, {}, inputs, device_class=dev.device_class), seed=0,
                  device_provider=lambda: dev, out_dir=out, log=logging.getLogger("bench"))
     wall = time.perf_counter() - t0
     return {"optimizer": optimizer, "wall_s": wall, "final_loss": m["metrics"]["final_loss"],

@@ -43,8 +43,8 @@ from tests.reference import batch_texels, mse_gradients, texel_uv  # noqa: E402
 
 R = parameters.CoopVecReduction
 # The 128-thread split-K default with the generated backward pass, rows one per sample;
-# and with rows in blocks of 32 samples copied out per warp (the default from the eighth
-# session to the fifteenth).
+# and with rows in blocks of 32 samples copied out per warp (the default before column groups;
+# bench/RESULTS.md, grad_reduction).
 GENERATED = R(group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2, generated_backward=True)
 BLOCKS = replace(GENERATED, row_block=32, row_copy=True)
 # and with each block's slots column group by column group (the default since)

@@ -35,13 +35,13 @@ sys.path.insert(0, str(ROOT))
 from bakery.device import open_device  # noqa: E402
 from bakery.nn.optimizers import Adam  # noqa: E402
 from bakery.nn.trainer import TrainConfig, Trainer  # noqa: E402
-from bakery.pipeline.task import run_task  # noqa: E402
+from bakery.pipeline.task import run_task, settings_for  # noqa: E402
 from bakery.stages import StageInput, get_stage  # noqa: E402
 from bakery.stages.mipmap.chain import MipChain  # noqa: E402
 from bakery.stages.mipmap.material import load_mip_material  # noqa: E402
 from bakery.stages.mipmap.objective import MipFit  # noqa: E402
 from bakery.stages.mipmap.stage import PRESETS, SETTINGS, Mipmap  # noqa: E402
-from bakery.stages.params import device_class  # noqa: E402
+from bakery.stages.params import preset_class  # noqa: E402
 
 ROLES = ("normal", "roughness", "albedo", "metalness")
 BASELINES = ("box", "toksvig", "vmf")
@@ -75,7 +75,8 @@ def files_of(folder: Path) -> dict:
 def run_stage(folder: Path, params: dict, dev, seed: int) -> tuple[dict, float]:
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        m = run_task(get_stage("mipmap"), [StageInput(folder.name, files_of(folder))], params, seed=seed,
+        stage, inputs = get_stage("mipmap"), [StageInput(folder.name, files_of(folder))]
+        m = run_task(stage, inputs, settings_for(stage, params, inputs, device_class=dev.device_class), seed=seed,
                      device_provider=lambda: dev, out_dir=Path(tmp) / "b", log=logging.getLogger("bench"))
         return m, time.perf_counter() - t0
 
@@ -107,7 +108,7 @@ def resolved_settings(params: dict, dev) -> dict:
     """The training budget the stage uses with these params on this device (its ``auto``)."""
     p = {q.name: q.default for q in Mipmap.params}
     p.update(params)
-    resolved = PRESETS.resolve(p, device_class=device_class(dev))
+    resolved = PRESETS.resolve(p, device_class=preset_class(dev.device_class))
     return {k: resolved[k] for k in SETTINGS}
 
 

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bakery.device import open_device  # noqa: E402
-from bakery.pipeline.task import run_task  # noqa: E402
+from bakery.pipeline.task import run_task, settings_for  # noqa: E402
 from bakery.stages import StageInput, get_stage  # noqa: E402
 
 TARGETS = {"psnr_db": 35.0, "speedup": 5.0, "train_s": 120.0}
@@ -111,7 +111,9 @@ def main() -> int:
                 last.update(info)
 
             t0 = time.perf_counter()
-            m = run_task(stage, [StageInput(folder.name, files)], params, seed=0, device_provider=lambda: dev,
+            inputs = [StageInput(folder.name, files)]
+            settings = settings_for(stage, params, inputs, device_class=dev.device_class)
+            m = run_task(stage, inputs, settings, seed=0, device_provider=lambda: dev,
                          out_dir=Path(tmp) / "out" / folder.name, log=logging.getLogger("bench"), progress=progress)
             wall = time.perf_counter() - t0
             nm, met = m["neural_material"], m["metrics"]

@@ -47,18 +47,18 @@ sys.path.insert(0, str(ROOT))
 from bakery.device import open_device  # noqa: E402
 from bakery.nn import parameters  # noqa: E402
 from bakery.nn import trainer as trainer_module  # noqa: E402
-from bakery.formats.images import psnr, set_psnr  # noqa: E402
+from bakery.imaging import psnr, set_psnr  # noqa: E402
 from bakery.formats.publish import write_atomic  # noqa: E402
 from bakery.stages.ntc.objective import LATENT_SCATTER, LatentTextureFit  # noqa: E402
 from bakery.nn.optimizers import Adam  # noqa: E402
 from bakery.nn.trainer import TrainConfig, Trainer  # noqa: E402
 from bakery.materials import load_material, renormalize_normals  # noqa: E402
 from bakery.stages.ntc.rate import choose  # noqa: E402
-from bakery.pipeline.task import run_task  # noqa: E402
+from bakery.pipeline.task import run_task, settings_for  # noqa: E402
 from bakery.stages import StageInput, get_stage  # noqa: E402
 from bakery.stages.ntc import weighting as margin_weighting  # noqa: E402
 from bakery.stages.ntc.stage import PRESETS  # noqa: E402
-from bakery.stages.params import device_class  # noqa: E402
+from bakery.stages.params import preset_class  # noqa: E402
 from bench.clocks import decode_on_gpu, keep_busy  # noqa: E402
 from bench.step_profile import profile_steps  # noqa: E402
 
@@ -114,8 +114,9 @@ def _quality_rows(a, dev, stage, log, folder) -> list[dict]:
     for bpp in a.bpp:
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
-            m = run_task(stage, [StageInput(folder.name, material_files(folder))],
-                         {**params, "bpp": bpp}, seed=0,
+            inputs = [StageInput(folder.name, material_files(folder))]
+            settings = settings_for(stage, {**params, "bpp": bpp}, inputs, device_class=dev.device_class)
+            m = run_task(stage, inputs, settings, seed=0,
                          device_provider=lambda: dev, out_dir=Path(tmp) / "b", log=log)
             wall = time.perf_counter() - t0
         base = m["ntc"]["baseline"]
@@ -188,7 +189,7 @@ def speed_run(a, dev, mat, scatter: str, samples: str, updates: str, seed: int) 
     lazy = updates != "dense"
     h, w, c = mat.image.shape
     # the code width the stage's preset gives this device (2-bit on a GPU, 4-bit on a CPU)
-    bits = PRESETS.table[device_class(dev)][a.quality]["latent_bits"]
+    bits = PRESETS.table[preset_class(dev.device_class)][a.quality]["latent_bits"]
     point = choose(w, h, c, a.big_bpp, hidden=64, layers=2, bits=bits, pe_octaves=3)
     t0 = time.perf_counter()
     obj = LatentTextureFit(dev, mat.image, point.grid, normal_channel=mat.normal_channel, seed=seed,

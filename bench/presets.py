@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from bakery.device import open_device  # noqa: E402
 from bakery.formats.images import encode_png, load_image  # noqa: E402
-from bakery.pipeline.task import run_task  # noqa: E402
+from bakery.pipeline.task import run_task, settings_for  # noqa: E402
 from bakery.stages import StageInput, get_stage  # noqa: E402
 
 BASELINE = {"steps": 2000, "batch": 1 << 16, "width": 64, "layers": 3}
@@ -36,7 +36,8 @@ BASELINE = {"steps": 2000, "batch": 1 << 16, "width": 64, "layers": 3}
 
 def run(dev, image: Path, params: dict, out: Path) -> dict:
     t0 = time.perf_counter()
-    m = run_task(get_stage("neural_texture"), [StageInput(image.stem, {"image": image})], params, seed=1,
+    stage, inputs = get_stage("neural_texture"), [StageInput(image.stem, {"image": image})]
+    m = run_task(stage, inputs, settings_for(stage, params, inputs, device_class=dev.device_class), seed=1,
                  device_provider=lambda: dev, out_dir=out, log=logging.getLogger("bench"))
     seconds = time.perf_counter() - t0
     resolved = m.get("resolved_params", {}).get("values", params)

@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 from bakery.baselines.resample import downsample_area  # noqa: E402
 from bakery.cli import main as cli_main  # noqa: E402
 from bakery.device import open_device  # noqa: E402
-from bakery.formats.images import encode_png, load_image, psnr  # noqa: E402
+from bakery.formats.images import encode_png, load_image  # noqa: E402
+from bakery.imaging import psnr  # noqa: E402
 from bakery.stages.procedural import dsl, texture_stats  # noqa: E402
 from bakery.stages.procedural.render import render_shader  # noqa: E402
 

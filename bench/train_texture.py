@@ -33,7 +33,8 @@ sys.path.insert(0, str(ROOT))
 
 from bakery.device import open_device  # noqa: E402
 from bakery.nn import parameters  # noqa: E402
-from bakery.formats.images import encode_png, set_psnr, to_uint8  # noqa: E402
+from bakery.formats.images import encode_png  # noqa: E402
+from bakery.imaging import set_psnr, to_uint8  # noqa: E402
 from bakery.nn.encodings import FrequencyEncoding  # noqa: E402
 from bakery.nn.network import NetworkSpec  # noqa: E402
 from bakery.nn.optimizers import Adam  # noqa: E402

@@ -11,7 +11,7 @@ import numpy as np
 from bakery.formats.bundle import BundleWriter
 from bakery.nn.encodings import IdentityEncoding
 from bakery.nn.network import NetworkSpec
-from bakery.stages.ntc.objective import LatentGridSpec
+from bakery.stages.ntc.texture_set import LatentGridSpec
 from bakery.stages.ntc.packing import pack, quantize
 
 ROLES = {"albedo": (0, 3), "normal": (3, 3), "roughness": (6, 1)}

@@ -1,5 +1,5 @@
 """bench/backward_anatomy.py's kernels type-check on any device (they run only where the
-device has cooperative vectors), so a session's first GPU call does not find a typo. The
+device has cooperative vectors), so a typo is found on the CPU, not first on a GPU. The
 network variants build through the CoopVec stand-in (tests/conftest.py)."""
 
 from __future__ import annotations

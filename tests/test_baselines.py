@@ -13,7 +13,7 @@ from bakery.baselines.material import (baseline_report, format_for, mean_psnr, r
                                        round_trip, same_bytes_size)
 from bakery.baselines.resample import downsample_area, upsample_bilinear  # noqa: E402
 from bakery.baselines.transcode import transcode_to_bcn  # noqa: E402
-from bakery.formats.images import psnr  # noqa: E402
+from bakery.imaging import psnr  # noqa: E402
 from tests.images import photo_like  # noqa: E402
 
 

@@ -118,7 +118,7 @@ def test_loss_scale_overflow_skips_the_step_and_halves(coopvec_device):
 def test_coopvec_training_matches_portable(coopvec_device):
     """Same fit on both backends of the same GPU ends at nearly the same loss."""
     from bakery.device import open_device
-    from bakery.formats.images import psnr
+    from bakery.imaging import psnr
 
     portable = open_device(coopvec_device.info.backend, portable=True)
     yy, xx = np.meshgrid(np.linspace(0, 1, 64), np.linspace(0, 1, 64), indexing="ij")

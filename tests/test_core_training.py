@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bakery.formats.images import psnr
+from bakery.imaging import psnr
 from bakery.nn.encodings import FrequencyEncoding
 from bakery.nn.network import NetworkSpec
 from bakery.nn.optimizers import Adam, adam_reference, learning_rate

@@ -14,8 +14,9 @@ from click.testing import CliRunner
 
 from bakery.cli import main
 from bakery.errors import BakeryError, TaskError, UsageError
-from bakery.formats.images import load_image, psnr
-from bakery.pipeline.task import run_task
+from bakery.formats.images import load_image
+from bakery.imaging import psnr
+from bakery.pipeline.task import run_task, settings_for
 from bakery.stages import StageInput, get_stage
 from scripts.make_fit_assets import AMOUNT
 
@@ -23,9 +24,10 @@ ASSETS = Path(__file__).resolve().parent.parent / "assets" / "fit"
 
 
 def _fit(device, spec: Path, out: Path, **params) -> dict:
-    return run_task(get_stage("fit"), [StageInput(spec.stem, {"fit": spec})], params, seed=0,
-                    device_provider=lambda: device, out_dir=out, log=logging.getLogger("test"),
-                    progress=lambda *a, **k: None, where=f"fit/{spec.stem}")
+    stage, inputs = get_stage("fit"), [StageInput(spec.stem, {"fit": spec})]
+    settings = settings_for(stage, params, inputs, device_class=device.device_class)
+    return run_task(stage, inputs, settings, seed=0, device_provider=lambda: device, out_dir=out,
+                    log=logging.getLogger("test"), progress=lambda *a, **k: None, where=f"fit/{spec.stem}")
 
 
 @pytest.fixture()

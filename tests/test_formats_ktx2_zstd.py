@@ -16,7 +16,8 @@ from bakery.formats.bundle import BundleWriter  # noqa: E402
 from bakery.formats.errors import BundleError  # noqa: E402
 from bakery.formats.ktx2 import read_ktx2, write_ktx2  # noqa: E402
 from bakery.formats.reader import read_bundle  # noqa: E402
-from bakery.formats.texture import FORMATS, make_texture, max_levels  # noqa: E402
+from bakery.formats.texture import FORMATS, make_texture  # noqa: E402
+from bakery.imaging import mip_count  # noqa: E402
 
 ZSTD_MAGIC = bytes([0x28, 0xB5, 0x2F, 0xFD])
 FIELDS = {"stage": {"type": "fit", "version": "2"}, "params": {}, "seed": 0, "device": None, "metrics": {}}
@@ -47,7 +48,7 @@ def smooth(h, w, layers=None, channels=4):
 
 def smooth_texture(name, w, h, layers=None):
     ch = FORMATS[name].channels
-    return make_texture(name, [smooth(max(1, h >> m), max(1, w >> m), layers, ch) for m in range(max_levels(w, h))])
+    return make_texture(name, [smooth(max(1, h >> m), max(1, w >> m), layers, ch) for m in range(mip_count(w, h))])
 
 
 def bc7_texture(w, h, layers=1, levels=3, seed=0):

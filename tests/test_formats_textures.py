@@ -13,14 +13,15 @@ from PIL import Image
 from bakery.formats.dds import read_dds, write_dds
 from bakery.formats.errors import BundleError
 from bakery.formats.ktx2 import read_ktx2, write_ktx2
-from bakery.formats.texture import FORMATS, make_texture, max_levels
+from bakery.formats.texture import FORMATS, make_texture
+from bakery.imaging import mip_count
 
 RNG = np.random.default_rng(0)
 
 
 def random_texture(name: str, width: int, height: int, layers: int = 1, levels: int | None = None):
     fmt = FORMATS[name]
-    levels = levels or max_levels(width, height)
+    levels = levels or mip_count(width, height)
     mips = []
     for m in range(levels):
         w, h = max(1, width >> m), max(1, height >> m)
@@ -45,7 +46,7 @@ def test_round_trip_every_format(container, name, size, layers):
     data = write(tex)
     back = read(data)
     assert (back.format, back.width, back.height) == (tex.format, tex.width, tex.height)
-    assert back.levels == tex.levels and back.level_count == max_levels(*size)
+    assert back.levels == tex.levels and back.level_count == mip_count(*size)
     assert back.is_array == (layers > 1)
     assert write(back) == data
     if not tex.format.compressed:

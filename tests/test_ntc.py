@@ -12,11 +12,12 @@ import pytest
 from click.testing import CliRunner
 
 from bakery.cli import main
-from bakery.formats.images import encode_png, load_image, psnr
+from bakery.formats.images import encode_png, load_image
+from bakery.imaging import psnr
 from bakery.formats.reader import read_bundle
 from bakery.stages.ntc import packing
 from bakery.stages.ntc.decode import decode_image, latent_values
-from bakery.stages.ntc.objective import LatentGridSpec
+from bakery.stages.ntc.texture_set import LatentGridSpec
 from bakery.materials import ROLES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -185,18 +186,18 @@ def test_lazy_updates_and_coherent_samples_train_as_well(bundle, tmp_path, monke
     layouts of the bits test), the bundle's quality stays near
     the default's on the same budget, and the manifest records them. Patches cost more
     here: a CPU batch of 4096 is 64 patches of 8 x 8 texels (albedo 28.3 against 29.8 dB)."""
-    from bakery.stages.ntc import stage as ntc_stage
+    from bakery.stages.ntc import training as ntc_training
 
     seen = []
 
-    class Spy(ntc_stage.LatentTextureFit):
+    class Spy(ntc_training.LatentTextureFit):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             # lazy updates over the cells the kernel marks (touched_cells), the sample layout
             seen.append((self.latents.lazy and self.latents.touch_group == self.grid.features, self.line_texels,
                          self.patches))
 
-    monkeypatch.setattr(ntc_stage, "LatentTextureFit", Spy)
+    monkeypatch.setattr(ntc_training, "LatentTextureFit", Spy)
     mat, out = bundle
     fast = tmp_path / "fast"
     r = _run("run", "ntc", mat, "-o", fast, "--seed", 2, *SMALL, "--param", "quality=preview",
@@ -516,7 +517,7 @@ def test_margin_weighting_rebalances_during_training(tmp_path, latents):
     pause's margins, boosts and weights, and ends with the weights it trained the last steps
     with: each pause moves each boost by gain x its texture's shortfall, within the boosts'
     range; flat maps stay at weight 1."""
-    from bakery.stages.ntc.stage import FREEZE_FRACTION
+    from bakery.stages.ntc.training import FREEZE_FRACTION
     from bakery.stages.ntc.weighting import MARGIN_CUSHION_DB, MARGIN_GAIN, MARGIN_ROUNDS, MAX_BOOST_DB, boost_weights
 
     mat = _material(tmp_path / "m", 32)
@@ -652,7 +653,8 @@ def test_touched_cells_give_the_lazy_updates_bit_for_bit(device, scatter, layout
 
 def test_touched_cells_need_lazy_updates_and_whole_cells(device):
     from bakery.nn.parameters import PlainParameters
-    from bakery.stages.ntc.objective import LatentGridSpec, LatentTextureFit
+    from bakery.stages.ntc.objective import LatentTextureFit
+    from bakery.stages.ntc.texture_set import LatentGridSpec
 
     image = np.zeros((16, 16, 3), np.float32)
     with pytest.raises(ValueError, match="needs lazy_latents"):
@@ -688,14 +690,15 @@ def test_large_sets_on_a_gpu_train_on_patches_with_lazy_updates():
     resolved = PRESETS.resolve({**given, "line_texels": 8}, device_class="gpu", size=2048 * 2048)
     assert resolved["patches"] is True and sample_layout(resolved)["patches"] is False
     assert sample_layout(dict(resolved, line_texels=0))["patches"] is True
-    NeuralTextureCompression.resolve({"line_texels": 8})          # automatic patches give way
+    NeuralTextureCompression.validate({"line_texels": 8})          # automatic patches give way
     with pytest.raises(UsageError, match="two sample layouts") as e:
-        NeuralTextureCompression.resolve({"line_texels": 8, "patches": True}, key_prefix="stages.big.params")
+        NeuralTextureCompression.validate({"line_texels": 8, "patches": True}, key_prefix="stages.big.params")
     assert e.value.key == "stages.big.params.patches"
 
 
 def test_patches_and_lines_are_exclusive(device):
-    from bakery.stages.ntc.objective import LatentGridSpec, LatentTextureFit
+    from bakery.stages.ntc.objective import LatentTextureFit
+    from bakery.stages.ntc.texture_set import LatentGridSpec
 
     image = np.zeros((16, 16, 3), np.float32)
     grid = LatentGridSpec(16, 16, 8, 8, 4)
@@ -754,3 +757,18 @@ def test_one_forward_gives_the_latents_two_gave(coopvec_device, monkeypatch):
         return after
 
     np.testing.assert_array_equal(latents_after_a_step(True), latents_after_a_step(False))
+
+
+def test_format_modules_do_not_import_the_training_objective():
+    """The texture-set format (texture_set.py) and the modules that read bundles or size
+    them (packing, decode, rate, shader) import no training code: a tool that decodes a
+    bundle needs none of it."""
+    import ast
+
+    training = {"bakery.stages.ntc.objective", "bakery.stages.ntc.training", "bakery.stages.ntc.stage",
+                "bakery.nn.trainer", "bakery.nn.texel_objective"}
+    for name in ("texture_set", "packing", "decode", "rate", "shader"):
+        tree = ast.parse((ROOT / "bakery" / "stages" / "ntc" / f"{name}.py").read_text())
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert not imported & training, (name, imported & training)

@@ -94,6 +94,56 @@ def test_planning_a_device_stage_opens_no_device(project, monkeypatch):
     assert all(s.device is None for s in specs if s.stage == "blur")
 
 
+AUTO_TOML = BASIC_TOML + '\n[stages.tex]\ntype = "neural_texture"\ninputs = ["photos"]\n'
+
+
+def _plan_on(project, monkeypatch, adapter: str, toml: str = AUTO_TOML) -> dict:
+    """The ``tex`` specs by asset, planned as if ``adapter`` were the device's."""
+    monkeypatch.setattr("bakery.device.probe_device_class", lambda kind: f"vulkan:{adapter}")
+    (project / "pipeline.toml").write_text(toml)
+    return {s.asset: s for s in plan(load_pipeline(project / "pipeline.toml")) if s.stage == "tex"}
+
+
+def test_auto_params_resolve_in_the_planner_before_keying(project, monkeypatch):
+    """``auto`` means the device class's preset, sized by the input's header, and the key,
+    the spec a worker runs and the dry run all carry those values."""
+    from bakery.device import probe_device_class
+    from bakery.pipeline.cache import why_rebuild
+    from bakery.stages.neural_texture.stage import PRESETS
+    from bakery.stages.params import Settings, preset_class
+
+    here = preset_class(probe_device_class("auto"))  # what a bake in a subprocess plans for
+    lavapipe = "llvmpipe (LLVM 15.0.6, 256 bits)"
+    cpu = _plan_on(project, monkeypatch, lavapipe)["photos/a"]
+    gpu = _plan_on(project, monkeypatch, "NVIDIA H200")["photos/a"]
+    for spec, dclass in ((cpu, "cpu"), (gpu, "gpu")):
+        settings = Settings.from_dict(spec.settings)
+        preset = PRESETS.table[dclass]["production"]
+        assert settings.device_class == dclass and settings.auto == ["batch", "layers", "steps", "width"]
+        assert (settings["steps"], settings["width"]) == (preset["steps"], preset["width"])
+        assert settings["batch"] == min(preset["batch"], 256)   # a 16x16 image: no batch beyond its texels
+        assert spec.parts["params"] == dict(settings.values) and spec.parts["given"]["steps"] == "auto"
+    assert cpu.key != gpu.key
+    # an explicit value equal to the preset runs the same values, but the manifest's params differ
+    steps = PRESETS.table["cpu"]["production"]["steps"]
+    pinned = _plan_on(project, monkeypatch, lavapipe, AUTO_TOML + f"params = {{ steps = {steps} }}\n")["photos/a"]
+    assert Settings.from_dict(pinned.settings).values == Settings.from_dict(cpu.settings).values
+    assert pinned.key != cpu.key and why_rebuild(cpu.parts, pinned.parts) == "params changed (steps)"
+    (project / "pipeline.toml").write_text(AUTO_TOML)
+    r = _bake_cli(project, "--dry-run", "--only", "tex")
+    assert r.returncode == 3, r.stderr
+    row = next(line for line in r.stdout.splitlines() if line.startswith("tex "))
+    preset = PRESETS.table[here]["production"]
+    assert f"new; batch=256 layers={preset['layers']} steps={preset['steps']} width={preset['width']}" in row
+
+
+def test_an_unreadable_input_the_presets_read_fails_its_task_only(project, monkeypatch):
+    (project / "src" / "b.png").write_bytes(b"\x89PNG broken")
+    specs = _plan_on(project, monkeypatch, "llvmpipe")
+    assert "b.png" in specs["photos/b"].error and "image" in specs["photos/b"].error
+    assert not specs["photos/a"].error and specs["photos/a"].key
+
+
 def _subprocess_env(**extra: str) -> dict:
     """This environment with the checkout and tests/ first on PYTHONPATH; what was there
     stays (on the GPU machine .device/setup.sh puts slangpy and the carried wheels there)."""

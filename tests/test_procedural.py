@@ -14,7 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from bakery.cli import main
-from bakery.formats.images import encode_png, psnr
+from bakery.formats.images import encode_png
+from bakery.imaging import psnr
 from bakery.stages.procedural import codegen, dsl, fit, proposers, texture_stats
 from bakery.stages.procedural.render import render_shader
 

@@ -166,14 +166,15 @@ def test_run_republish_keeps_engine_files(tmp_path):
     import logging
 
     import pipeline_helpers  # noqa: F401  (registers test_blur)
-    from bakery.pipeline.task import run_task
+    from bakery.pipeline.task import run_task, settings_for
     from bakery.stages import StageInput, get_stage
 
     src = write_image(tmp_path / "a.png")
     out = tmp_path / "bundle"
 
     def run(radius):
-        run_task(get_stage("test_blur"), [StageInput("a", {"image": src})], {"radius": radius}, seed=0,
+        stage, inputs = get_stage("test_blur"), [StageInput("a", {"image": src})]
+        run_task(stage, inputs, settings_for(stage, {"radius": radius}, inputs, device_class=None), seed=0,
                  device_provider=None, out_dir=out, log=logging.getLogger("t"))
 
     run(1)

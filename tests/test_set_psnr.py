@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from bakery.formats.images import set_psnr
+from bakery.imaging import set_psnr
 
 
 def test_set_psnr_is_the_psnr_of_the_mean_mse():

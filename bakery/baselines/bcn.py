@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bakery.formats.images import to_uint8
+from bakery.imaging import to_uint8
 
 BLOCK = 4
 BC7_PROFILES = ("ultrafast", "veryfast", "fast", "basic", "slow")

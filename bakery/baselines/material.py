@@ -18,7 +18,7 @@ import numpy as np
 
 from bakery.baselines import bcn
 from bakery.baselines.resample import downsample_area, upsample_bilinear
-from bakery.formats.images import mean_psnr, psnr
+from bakery.imaging import mean_psnr, psnr
 
 ROLE_FORMATS = {"albedo": "bc7", "normal": "bc5", "roughness": "bc4", "metalness": "bc4",
                 "ao": "bc4", "height": "bc4"}

@@ -13,7 +13,8 @@ from __future__ import annotations
 import struct
 
 from bakery.formats.errors import BundleError
-from bakery.formats.texture import BY_DXGI, Texture, mip_size
+from bakery.formats.texture import BY_DXGI, Texture
+from bakery.imaging import mip_size
 
 MAGIC = b"DDS "
 HEADER = struct.Struct("<4s7I11I8I5I")   # magic, header (size..mipcount), reserved1, pixelformat, caps..reserved2

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from bakery.errors import UsageError
+from bakery.imaging import to_uint8
 
 _MODES = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}
 #: The largest side any GPU API accepts for a 2D texture (D3D12, Vulkan's common limit):
@@ -53,6 +54,21 @@ def load_image(path: str | Path, *, key: str | None = None) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
+def image_size(path: str | Path, *, key: str | None = None) -> tuple[int, int]:
+    """``(width, height)`` of an image from its header alone (the planner sizes presets
+    by it without decoding); the same one-line errors as :func:`load_image`."""
+    from PIL import Image, UnidentifiedImageError
+
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError("file not found", where=str(path), key=key)
+    try:
+        with Image.open(path) as im:
+            return im.width, im.height
+    except (UnidentifiedImageError, OSError, ValueError) as e:
+        raise UsageError(f"cannot read image ({type(e).__name__}: {e})", where=str(path), key=key) from None
+
+
 def _png16_rawmode(im) -> str | None:
     """The raw mode of a 16-bit colour PNG (which Pillow would cut to 8 bits), else None."""
     if im.format != "PNG" or len(im.tile) != 1:
@@ -79,11 +95,6 @@ def _load_png16(path: Path) -> np.ndarray:
     return np.ascontiguousarray(a if a.ndim == 3 else a[:, :, None])
 
 
-def to_uint8(image: np.ndarray) -> np.ndarray:
-    """Rounds a float image in [0, 1] to 8 bits (values outside are clamped)."""
-    return (np.clip(np.asarray(image, dtype=np.float32), 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
-
-
 def encode_png(image: np.ndarray) -> bytes:
     """PNG bytes of a float [H, W, C] image; deterministic (no timestamps, fixed zlib level)."""
     from PIL import Image
@@ -94,29 +105,3 @@ def encode_png(image: np.ndarray) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(a).save(buf, format="PNG", compress_level=6)
     return buf.getvalue()
-
-
-def psnr(a: np.ndarray, b: np.ndarray, peak: float = 1.0) -> float:
-    """PSNR in dB after 8-bit quantisation of both images (the storage space)."""
-    qa = to_uint8(a).astype(np.float64) / 255.0
-    qb = to_uint8(b).astype(np.float64) / 255.0
-    mse = float(np.mean((qa - qb) ** 2))
-    return float("inf") if mse == 0 else 10.0 * np.log10(peak * peak / mse)
-
-
-def set_psnr(values) -> float:
-    """PSNR of a texture set from the mean of its textures' MSEs (each PSNR turned back
-    into an MSE; a lossless texture counts as MSE 0). Unlike a mean of dB values it does
-    not swing with a constant map that decodes to ~110 dB one step and inf the next."""
-    values = [float(v) for v in values]
-    if not values:
-        raise ValueError("set_psnr of no textures")
-    mse = float(np.mean([0.0 if np.isinf(v) else 10.0 ** (-v / 10.0) for v in values]))
-    return float("inf") if mse == 0 else -10.0 * np.log10(mse)
-
-
-def mean_psnr(values) -> float:
-    """:func:`set_psnr`, the PSNR of the mean MSE (never an average of dB values, which
-    would let one near-lossless map hide a 9 dB one); inf for no values."""
-    values = list(values)
-    return set_psnr(values) if values else float("inf")

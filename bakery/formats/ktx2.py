@@ -20,7 +20,8 @@ import struct
 
 import bakery
 from bakery.formats.errors import BundleError
-from bakery.formats.texture import BY_VK, PixelFormat, Texture, mip_size
+from bakery.formats.texture import BY_VK, PixelFormat, Texture
+from bakery.imaging import mip_size
 
 IDENTIFIER = b"\xabKTX 20\xbb\r\n\x1a\n"
 HEADER = struct.Struct("<12s9I4I2Q")     # identifier, vkFormat..supercompression, dfd/kvd offsets+lengths, sgd

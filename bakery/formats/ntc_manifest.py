@@ -84,7 +84,7 @@ _GRID_INTS = {"width": (1, MAX_SIDE), "height": (1, MAX_SIDE), "grid_width": (1,
 
 
 def _grid(latents: dict, bad):
-    from bakery.stages.ntc.objective import LatentGridSpec
+    from bakery.stages.ntc.texture_set import LatentGridSpec
 
     for key, (lo, hi) in _GRID_INTS.items():
         v = latents.get(key)

@@ -13,6 +13,8 @@ from typing import Sequence
 
 import numpy as np
 
+from bakery.imaging import mip_count, mip_size
+
 
 @dataclass(frozen=True)
 class PixelFormat:
@@ -60,15 +62,6 @@ def pixel_format(name: str) -> PixelFormat:
     return FORMATS[name]
 
 
-def mip_size(size: int, level: int) -> int:
-    return max(1, size >> level)
-
-
-def max_levels(width: int, height: int) -> int:
-    """Length of a full mip chain down to 1x1."""
-    return max(width, height).bit_length()
-
-
 @dataclass(frozen=True)
 class Texture:
     """A 2D texture or texture array. ``levels[mip][layer]`` is that surface's raw bytes."""
@@ -94,9 +87,9 @@ class Texture:
         """Raises ValueError unless every surface has exactly the size its format needs."""
         if self.width < 1 or self.height < 1:
             raise ValueError(f"texture size {self.width}x{self.height} must be positive")
-        if not 1 <= self.level_count <= max_levels(self.width, self.height):
+        if not 1 <= self.level_count <= mip_count(self.width, self.height):
             raise ValueError(f"{self.level_count} mip levels for {self.width}x{self.height} "
-                             f"(at most {max_levels(self.width, self.height)})")
+                             f"(at most {mip_count(self.width, self.height)})")
         if self.layer_count < 1 or (self.layer_count > 1 and not self.is_array):
             raise ValueError(f"{self.layer_count} layers in a non-array texture")
         for m, level in enumerate(self.levels):

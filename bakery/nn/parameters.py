@@ -172,20 +172,20 @@ def default_reduction(device, spec) -> CoopVecReduction:
     split-K on cooperative matrices where the device has them, else per-workgroup slices.
     On the H200 (132 SMs): 132 reduction workgroups per layer (best of 64/132/264), unroll
     2, and 128-thread training workgroups (GPU 458 against 519 µs per step on the texture
-    fit; NTC at 8 bpp 33.98 against 33.85 dB, same call) wherever every layer has at most
+    fit; NTC at 8 bpp 33.98 against 33.85 dB, same run) wherever every layer has at most
     64 outputs, the widths measured, else 256 (wider layers at 128 threads would give each
     warp of the split-K sum twice the accumulator tiles: unmeasured, likely spilling). The
     backward pass stays per-sample CoopVec (as cooperative-matrix tiles it measured slower),
     written out by nn/codegen.py rather than derived by Slang's autodiff: the texture fit's
-    training kernel took 319.5 against 323.1 and 310.4 against 315.1 µs in two calls, with
+    training kernel took 319.5 against 323.1 and 310.4 against 315.1 µs in two runs, with
     the same gradients (measured on the 64-wide network; wider ones take it unmeasured).
     Its split-K rows lie in blocks of 32 samples, each warp copying them out whole lines at
-    a time: that kernel took 156.5 against 320.7 µs with rows stored per thread (same call,
+    a time: that kernel took 156.5 against 320.7 µs with rows stored per thread (same run,
     same gradients; blocks alone 253.4, blocks of 128 with copies 157.0), where the copies'
     groupshared rows fit (row_copy_bytes: up to 64-wide layers at 128 threads); and there
     each block's slots lie column group by column group (row_tiles), so the sum loads whole
     512-byte tiles: sum 90.7 against 111.2 µs, training kernel 160.7 against 156.3 (the
-    texture fit, same call; NTC's sum 90.4, call 6, against 101.7, call 1: bench/RESULTS.md)."""
+    texture fit, same run; NTC's sum 90.4 against 101.7: bench/RESULTS.md, grad_reduction)."""
     if getattr(device, "coopmat", False):
         narrow = all(l.n_out <= 64 for l in spec.layers)
         group = 128 if narrow else 256

@@ -1,8 +1,8 @@
 """Content-hash cache: a task's output is reused when everything that could change it is
 unchanged.
 
-Key = sha256 over: input file bytes (by role), the asset name, upstream task keys, params,
-seed, stage type and version, bakery version, the stage's code fingerprint (every
+Key = sha256 over: input file bytes (by role), the asset name, upstream task keys, params
+(the values the stage runs with, ``auto`` resolved, and what the pipeline asked for), seed, stage type and version, bakery version, the stage's code fingerprint (every
 Python and Slang file its output depends on, see fingerprint.py), and the device class (only for stages that use a device, so pure-CPU stages
 never open one just to compute a key).
 
@@ -50,7 +50,7 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def key_parts(*, stage_type: str, stage_version: str, asset: str, params: dict, seed: int,
+def key_parts(*, stage_type: str, stage_version: str, asset: str, params: dict, given: dict, seed: int,
               inputs: dict[str, str], upstream: dict[str, str], code: str,
               device_class: str | None) -> dict:
     return {
@@ -58,7 +58,8 @@ def key_parts(*, stage_type: str, stage_version: str, asset: str, params: dict, 
         "stage_version": stage_version,
         "bakery_version": bakery.__version__,
         "asset": asset,  # stages see StageInput.name, so it may shape their output
-        "params": params,
+        "params": params,  # the values used: the manifest's resolved_params
+        "given": given,    # as the pipeline wrote them (``auto`` kept): the manifest's params
         "seed": seed,
         "inputs": inputs,
         "upstream": upstream,
@@ -82,9 +83,9 @@ def why_rebuild(old: dict | None, new: dict) -> str:
         changed_roles.append("upstream output")
     if changed_roles:
         reasons.append(f"input changed ({', '.join(changed_roles)})")
-    if old.get("params") != new["params"]:
-        names = sorted(k for k in set(old.get("params", {})) | set(new["params"])
-                       if old.get("params", {}).get(k) != new["params"].get(k))
+    names = sorted({k for part in ("params", "given") if part in old for k in set(old[part]) | set(new[part])
+                    if old[part].get(k) != new[part].get(k)})
+    if names:
         reasons.append(f"params changed ({', '.join(names)})")
     if old.get("seed") != new["seed"]:
         reasons.append("seed changed")

@@ -57,7 +57,8 @@ class Asset:
 
 @dataclass
 class StageDecl:
-    """A ``[stages.NAME]`` table, with its stage class looked up and params resolved."""
+    """A ``[stages.NAME]`` table, with its stage class looked up and params validated
+    (``auto`` is resolved per task by the planner, where the device class is known)."""
 
     name: str
     type_name: str
@@ -444,7 +445,7 @@ def _load_stages(table: Any, pipe: Pipeline, declared_assets: set[str], c: _Coll
         params = None
         if _expect(c, f"{key}.params", raw, dict, "a table of parameters"):
             try:
-                params = stage_cls.resolve(raw, key_prefix=f"{key}.params")
+                params = stage_cls.validate(raw, key_prefix=f"{key}.params")
             except UsageError as e:
                 c.add_usage(e)
         require = parse_require(decl["require"], f"{key}.require", c.add, c.where) if "require" in decl else []

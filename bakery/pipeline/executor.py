@@ -32,6 +32,7 @@ from bakery.pipeline.safety import check_report_target, forget_report
 from bakery.pipeline.spec import TaskSpec
 from bakery.pipeline.task import staging_dir_for
 from bakery.pipeline.worker import DevicePool
+from bakery.stages.params import Settings
 
 ALL_STAGES = "*"
 REPORT_NAME = "bake-report.json"
@@ -145,12 +146,14 @@ class Executor:
 
     def _dry_run(self, spec: TaskSpec) -> TaskOutcome:
         o = TaskOutcome(spec.stage, spec.asset, "would-build", key=spec.key or None,
-                        out_dir=display_path(Path(spec.out_dir)))
+                        out_dir=display_path(Path(spec.out_dir)), **_settings_of(spec))
         if spec.error:
             o.status, o.error = "failed", f"{spec.id}: {spec.error}"
             return o
         dec = decide(spec, self.cache, forced=self.forced(spec))
         o.reason = dec.reason
+        if o.auto:  # the values ``auto`` stands for, as the key and the manifest see them
+            o.reason += "; " + " ".join(f"{k}={o.params[k]}" for k in o.auto)
         if dec.action == "cached":
             o.status = "cached"
             if not output_matches(Path(spec.out_dir), dec.sums or {}):
@@ -218,7 +221,7 @@ class Executor:
         out_dir = Path(spec.out_dir)
         o = TaskOutcome(spec.stage, spec.asset, event.kind, reason=event.reason, error=event.error or None,
                         seconds=event.seconds, key=spec.key or None, out_dir=display_path(out_dir),
-                        log=display_path(event.log) if event.log else None)
+                        log=display_path(event.log) if event.log else None, **_settings_of(spec))
         if event.kind not in ("built", "cached"):
             return o
         start = time.monotonic()
@@ -271,3 +274,11 @@ def _read_metrics(bundle: Path) -> dict:
 def bake(pipe: Pipeline, opts: BakeOptions, log: logging.Logger | None = None) -> BakeReport:
     """Plans and runs a bake; see :class:`BakeOptions`."""
     return Executor(pipe, opts, log or logging.getLogger("bakery.bake")).run()
+
+
+def _settings_of(spec: TaskSpec) -> dict:
+    """A task's resolved parameters for its report row (none when planning it failed)."""
+    if not spec.settings:
+        return {}
+    settings = Settings.from_dict(spec.settings)
+    return {"params": dict(settings.values), "auto": settings.auto}

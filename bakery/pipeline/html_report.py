@@ -156,7 +156,7 @@ def _image_rows(bundle: Path, manifest: dict, inputs: dict) -> list[str]:
         ref, dec = load_image(ref_path, key="reference"), load_image(dec_path, key="decoded")
         cells = [_figure(ref, f"reference {label}".strip()), _figure(dec, f"decoded {label}".strip())]
         if ref.shape == dec.shape:
-            from bakery.formats.images import psnr
+            from bakery.imaging import psnr
 
             diff = np.abs(dec - ref) * DIFFERENCE_GAIN
             cells.append(_figure(diff, f"difference &times;{DIFFERENCE_GAIN:g} ({psnr(dec, ref):.2f} dB)",
@@ -168,7 +168,7 @@ def _image_rows(bundle: Path, manifest: dict, inputs: dict) -> list[str]:
 def _figure(image: np.ndarray, caption: str, escape: bool = True) -> str:
     from PIL import Image
 
-    from bakery.formats.images import to_uint8
+    from bakery.imaging import to_uint8
 
     a = to_uint8(np.clip(image, 0.0, 1.0))
     if a.ndim == 3 and a.shape[2] == 2:  # two-channel (normal xy): show as RG

@@ -1,8 +1,9 @@
 """The planner: a validated pipeline in, :class:`TaskSpec` records with cache keys out.
 
 Pure: it reads input files to hash them and lists adapters to learn the device class,
-but opens no device, writes nothing and runs no stage. ``bakery bake --dry-run`` is a
-plan plus a look into the cache.
+but opens no device, writes nothing and runs no stage. Parameters left ``auto`` are
+resolved here, for that device class (``Stage.settings``), so the key covers the values
+a stage will run with. ``bakery bake --dry-run`` is a plan plus a look into the cache.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from bakery.errors import UsageError
 from bakery.pipeline.cache import key_of, key_parts, sha256_file
 from bakery.pipeline.config import Pipeline
 from bakery.pipeline.fingerprint import stage_fingerprint
@@ -61,13 +63,18 @@ def _source_hashes(spec: TaskSpec) -> dict[str, str]:
 def _plan_one(pipe: Pipeline, t: Task, planned: dict[str, TaskSpec], kind: str,
               device_class: _DeviceClass) -> TaskSpec:
     cls = t.stage.stage_cls
+    dclass = device_class.get() if cls.uses_device else None
+    error = ""
+    try:
+        settings = cls.settings(t.stage.params, device_class=dclass, files=t.files)
+    except UsageError as e:  # an input the presets read is unreadable: this task fails, not the plan
+        error, settings = e.one_line(), None
     common = dict(id=t.id, stage=t.stage.name, stage_type=cls.type_name, asset=t.asset,
-                  params=dict(t.stage.params), seed=t.stage.seed, deps=tuple(t.deps),
+                  settings=settings.to_dict() if settings is not None else {}, seed=t.stage.seed, deps=tuple(t.deps),
                   out_dir=str(t.out_dir(pipe.out).absolute()), device=kind if cls.uses_device else None,
                   plugins=tuple(pipe.plugins), plugin_root=str(pipe.root),
                   dispatch_timeout=t.stage.dispatch_timeout or pipe.dispatch_timeout)
     inputs = []
-    error = ""
     for inp in t.inputs:
         if inp.upstream is not None:
             # The upstream's source hashes ride along (its key covers them already) so
@@ -81,13 +88,12 @@ def _plan_one(pipe: Pipeline, t: Task, planned: dict[str, TaskSpec], kind: str,
         except OSError as e:
             error, hashes = f"cannot read input: {e}", {}
         inputs.append(InputSpec(inp.name, {r: str(p) for r, p in sorted(inp.files.items())}, hashes))
-    dclass = device_class.get() if cls.uses_device else None
     if error:
         return TaskSpec(**common, inputs=tuple(inputs), key="", parts={}, device_class=dclass, error=error)
     file_hashes = {r: h for i in inputs for r, h in i.hashes.items()} if len(inputs) == 1 else \
         {f"{i.name}.{r}": h for i in inputs for r, h in i.hashes.items()}
     parts = key_parts(stage_type=cls.type_name, stage_version=str(cls.version), asset=t.asset,
-                      params=t.stage.params, seed=t.stage.seed, inputs=file_hashes,
-                      upstream={i.upstream: i.upstream_key for i in inputs if i.upstream},
+                      params=dict(settings.values), given=dict(settings.given), seed=t.stage.seed,
+                      inputs=file_hashes, upstream={i.upstream: i.upstream_key for i in inputs if i.upstream},
                       code=stage_fingerprint(cls), device_class=dclass)
     return TaskSpec(**common, inputs=tuple(inputs), key=key_of(parts), parts=parts, device_class=dclass)

@@ -26,6 +26,8 @@ class TaskOutcome:
     key: str | None = None
     out_dir: str | None = None
     log: str | None = None
+    params: dict[str, Any] | None = None  # the values the stage runs with (``auto`` resolved)
+    auto: list[str] = field(default_factory=list)  # which of them were ``auto``
 
 
 @dataclass

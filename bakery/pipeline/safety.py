@@ -237,7 +237,7 @@ def well_formed_sums(sums: Any) -> bool:
         and not isinstance(v[0], bool) and isinstance(v[1], str) for k, v in sums.items())
 
 
-_RECORD_TABLES = ("inputs", "params", "upstream")
+_RECORD_TABLES = ("inputs", "params", "given", "upstream")
 
 
 def well_formed_record(record: Any) -> bool:

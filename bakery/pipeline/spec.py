@@ -1,7 +1,8 @@
 """Task specs: what the planner hands to runners, as plain serialisable records.
 
 A :class:`TaskSpec` says everything a worker needs to build one bundle with no access to
-the pipeline file or the planner's objects: the stage type and its resolved params, the
+the pipeline file or the planner's objects: the stage type and its settings (every
+``auto`` resolved for the device class, :class:`bakery.stages.params.Settings`), the
 inputs with their content hashes (or the upstream cache keys), the cache key itself and
 where the output goes. It survives a round trip through JSON, so the same spec runs in
 this process, in another one, or on another machine.
@@ -32,7 +33,7 @@ class TaskSpec:
     stage: str                 # the [stages.NAME] it comes from
     stage_type: str
     asset: str
-    params: dict[str, Any]
+    settings: dict[str, Any]   # Settings.to_dict(): the values the stage runs with, as keyed
     seed: int
     inputs: tuple[InputSpec, ...]
     deps: tuple[str, ...]      # upstream task ids

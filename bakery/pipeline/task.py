@@ -1,9 +1,10 @@
 """One task = one stage run over one input, written atomically into one folder.
 
 Both ``bakery run`` (the one-off CLI form of a stage) and the pipeline executor call
-:func:`run_task`, so a stage behaves identically in both: parameters are checked before
-any work, outputs go to a hidden staging folder on the same filesystem and are renamed
-into place only after the manifest is complete. A crash, Ctrl-C or SIGKILL therefore
+:func:`run_task`, so a stage behaves identically in both: it receives settings checked
+and resolved before any work (by the loader and the planner in a bake, by
+:func:`settings_for` in a one-off run), outputs go to a hidden staging folder on the same
+filesystem and are renamed into place only after the manifest is complete. A crash, Ctrl-C or SIGKILL therefore
 never leaves a half-written output folder behind.
 """
 
@@ -12,10 +13,11 @@ from __future__ import annotations
 import logging
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from bakery.errors import BakeryError, TaskError, UsageError
 from bakery.stages.base import Stage, StageContext, StageInput, StageResult
+from bakery.stages.params import Settings, preset_class
 
 
 def _no_progress(*args: Any, **kwargs: Any) -> None:
@@ -24,17 +26,34 @@ def _no_progress(*args: Any, **kwargs: Any) -> None:
 
 class _TrackingDeviceProvider:
     """Wraps the caller's provider to learn whether this task actually opened the device
-    (the manifest records the device only then)."""
+    (the manifest records the device only then), and checks it is of the class the
+    settings' ``auto`` values were resolved for."""
 
-    def __init__(self, provider: Callable[[], Any] | None):
+    def __init__(self, provider: Callable[[], Any] | None, settings: Settings, automatic: bool):
         self._provider = provider
+        self._settings, self._automatic = settings, automatic
         self.device = None
 
     def __call__(self):
         if self._provider is None:
             raise TaskError("this stage asked for a device but none was provided")
         self.device = self._provider()
+        opened = preset_class(self.device.device_class)
+        if self._automatic and opened != self._settings.device_class:
+            raise TaskError(f"opened a {opened} device but the parameters were resolved for a "
+                            f"{self._settings.device_class} one")
         return self.device
+
+
+def settings_for(stage_cls: type[Stage], raw_params: Mapping[str, Any], inputs: Sequence[StageInput], *,
+                 device_class: str | None, where: str | None = None, key_prefix: str = "params") -> Settings:
+    """A stage's settings outside a pipeline (``bakery run``, benchmarks, tests): the
+    loader's validation and the planner's resolution, in one call. ``device_class`` is
+    the class of the device the run will open (:func:`bakery.device.probe_device_class`,
+    or ``Device.device_class``)."""
+    params = stage_cls.validate(raw_params or {}, where=where, key_prefix=key_prefix)
+    files = {r: Path(p) for i in inputs for r, p in i.files.items()}
+    return stage_cls.settings(params, device_class=device_class if stage_cls.uses_device else None, files=files)
 
 
 def staging_dir_for(out_dir: Path) -> Path:
@@ -44,16 +63,18 @@ def staging_dir_for(out_dir: Path) -> Path:
     return make_staging_dir(out_dir)
 
 
-def run_task(stage_cls: type[Stage], inputs: Sequence[StageInput], raw_params: dict, *, seed: int,
+def run_task(stage_cls: type[Stage], inputs: Sequence[StageInput], settings: Settings, *, seed: int,
              device_provider: Callable[[], Any] | None, out_dir: Path, log: logging.Logger,
              progress: Callable[..., Any] | None = None, where: str | None = None) -> dict:
-    """Runs ``stage_cls`` over ``inputs`` and publishes its bundle at ``out_dir``.
+    """Runs ``stage_cls`` over ``inputs`` with ``settings`` (checked and resolved already:
+    :meth:`Stage.settings`) and publishes its bundle at ``out_dir``.
 
-    Raises :class:`~bakery.errors.UsageError` for bad parameters before any work and
+    Raises :class:`~bakery.errors.UsageError` for a bad output folder or input and
     :class:`~bakery.errors.TaskError` (one line) when the stage fails; in both cases
     ``out_dir`` is left exactly as it was. Returns the bundle manifest.
     """
-    params = stage_cls.resolve(raw_params or {}, where=where)
+    if not isinstance(settings, Settings):
+        raise TypeError("run_task takes Settings (Stage.settings or settings_for), not raw parameters")
     from bakery.formats.bundle import BundleWriter, atomic_publish, symbol_prefix
 
     out_dir = Path(out_dir).absolute()
@@ -69,21 +90,23 @@ def run_task(stage_cls: type[Stage], inputs: Sequence[StageInput], raw_params: d
     for stale in stale_staging(out_dir.parent, out_dir.name):  # a killed earlier run's
         shutil.rmtree(stale, ignore_errors=True)
     staging = staging_dir_for(out_dir)
-    tracker = _TrackingDeviceProvider(device_provider)
+    automatic = stage_cls.presets is not None
+    tracker = _TrackingDeviceProvider(device_provider, settings, automatic)
     try:
         writer = BundleWriter(staging, symbol_prefix=symbol_prefix(stage_cls.type_name, inputs[0].name if inputs else ""))
         ctx = StageContext(device_provider=tracker, seed=seed, out=writer,
                            progress=progress or _no_progress, log=log)
-        result = stage_cls().run(ctx, list(inputs), params)
+        result = stage_cls().run(ctx, list(inputs), settings)
         if result is None:
             result = StageResult()
         device_info = tracker.device.info.to_dict() if tracker.device is not None else None
         manifest = writer.finalize({
             "stage": {"type": stage_cls.type_name, "version": stage_cls.version},
-            "params": params,
+            "params": dict(settings.given),
             "seed": int(seed),
             "device": device_info,
             "metrics": dict(result.metrics),
+            **({"resolved_params": settings.record()} if automatic else {}),
             **result.manifest,
         })
         atomic_publish(staging, out_dir)

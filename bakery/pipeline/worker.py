@@ -20,6 +20,7 @@ from bakery.pipeline.cache import Cache, sha256_file
 from bakery.pipeline.spec import TaskSpec
 from bakery.pipeline.task import run_task
 from bakery.stages.base import StageInput
+from bakery.stages.params import Settings
 
 
 class DevicePool:
@@ -103,7 +104,7 @@ def build(spec: TaskSpec, cache: Cache, devices: DevicePool, *, log: logging.Log
     except (OSError, BundleError) as e:
         raise TaskError(f"cannot read input: {e}", where=spec.id) from None
     return cache.put(spec.key, lambda folder: run_task(
-        stage_cls, inputs, spec.params, seed=spec.seed, device_provider=devices.provider(spec),
+        stage_cls, inputs, Settings.from_dict(spec.settings), seed=spec.seed, device_provider=devices.provider(spec),
         out_dir=folder, log=log, progress=progress, where=spec.id), replace=replace)
 
 

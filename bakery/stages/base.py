@@ -1,8 +1,9 @@
 """The stage plugin contract.
 
 A stage is a small class registered by type name (Mitsuba-style plugins). It declares
-its parameter schema, a version string (part of every cache key) and a ``run`` that
-receives a :class:`StageContext`. Its code needs no declaring: the cache key hashes every
+its parameter schema (and what ``auto`` means: :attr:`Stage.presets`), a version string
+(part of every cache key) and a ``run`` that receives a :class:`StageContext` and the
+task's resolved :class:`~bakery.stages.params.Settings`. Its code needs no declaring: the cache key hashes every
 Python and Slang file the stage's package reaches (bakery.pipeline.fingerprint). Stage code never opens devices or writes files by
 itself: the context hands it the device, a seeded RNG, progress, a logger and the
 output writer, so the pipeline can cache, place outputs atomically and report.
@@ -17,7 +18,8 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from bakery.stages.params import Param, resolve_params
+from bakery.errors import UsageError
+from bakery.stages.params import AUTO, Param, Presets, Settings, preset_class, resolve_params
 
 
 @dataclass(frozen=True)
@@ -87,10 +89,15 @@ class Stage:
     #: Whether the stage needs a GPU device at all (cache key includes the device class).
     uses_device: ClassVar[bool] = True
 
+    #: What ``auto`` means for this stage, per device class and quality (None: no
+    #: automatic parameters, and no ``resolved_params`` in the manifest).
+    presets: ClassVar[Presets | None] = None
+
     @classmethod
-    def resolve(cls, given: Mapping[str, Any], *, where: str | None = None, key_prefix: str = "params") -> dict:
+    def validate(cls, given: Mapping[str, Any], *, where: str | None = None, key_prefix: str = "params") -> dict:
         """The stage's parameters from ``given`` (schema, defaults) with the rules between
-        them checked (check_params): every caller refuses bad parameters before any work."""
+        them checked (check_params): the one validation pass, before any work. ``auto``
+        stays ``auto`` here; :meth:`settings` resolves it."""
         params = resolve_params(cls.params, given, where=where, key_prefix=key_prefix)
         cls.check_params(params, where=where, key_prefix=key_prefix)
         return params
@@ -100,5 +107,29 @@ class Stage:
         """Raises UsageError (key ``key_prefix.NAME``) where parameters contradict each
         other, which one parameter's schema cannot say. None by default."""
 
-    def run(self, ctx: StageContext, inputs: Sequence[StageInput], params: Mapping[str, Any]) -> StageResult:
+    @classmethod
+    def resolve_auto(cls, params: Mapping[str, Any], *, device_class: str, files: Mapping[str, Path]) -> dict:
+        """``params`` with every ``auto`` replaced by what it means for one task: the
+        preset of ``device_class`` (``cpu`` / ``gpu``) at the chosen quality. A stage
+        whose presets depend on its input (an image's size, a spec's own value) reads it
+        from ``files`` (role -> path of the task's source files; headers only: this runs
+        while planning) and raises UsageError naming the file when it cannot."""
+        return cls.presets.resolve(params, device_class=device_class)
+
+    @classmethod
+    def settings(cls, params: Mapping[str, Any], *, device_class: str | None,
+                 files: Mapping[str, Path]) -> Settings:
+        """The settings one task runs with: ``params`` (validated) resolved for the class
+        of the device it will open (``vulkan:ADAPTER``; None when the stage uses none)."""
+        dclass = preset_class(device_class)
+        if cls.presets is None:
+            return Settings(dict(params), dict(params), dclass)
+        values = cls.resolve_auto(params, device_class=dclass, files=files)
+        left = sorted(k for k, v in values.items() if v == AUTO)
+        if left:  # a preset table missing a row is the stage's bug, not the user's
+            raise UsageError(f"no preset for {', '.join(left)} ({dclass}, {values.get('quality')})",
+                             key=f"params.{left[0]}")
+        return Settings(values, dict(params), dclass)
+
+    def run(self, ctx: StageContext, inputs: Sequence[StageInput], params: Settings) -> StageResult:
         raise NotImplementedError

@@ -1,10 +1,12 @@
 """Typed stage parameters: every stage declares its schema so a pipeline can be
 validated (type, range, default) before any GPU work starts.
 
-A training parameter may default to ``auto``: the stage resolves it when it runs, from
-the device class (a CPU Vulkan device gets a preview-sized budget, a GPU production
-quality) and the input size, through :class:`Presets`, and records the values used in
-the manifest's ``resolved_params``. The shared :data:`QUALITY` parameter picks the
+A training parameter may default to ``auto``: it means a value per device class (a CPU
+Vulkan device gets a preview-sized budget, a GPU production quality) and per input size,
+through the stage's :class:`Presets`. The planner resolves it once, before keying
+(``Stage.settings``), so the cache key, ``--dry-run`` and the manifest's
+``resolved_params`` all see the values used, and a stage's ``run`` receives
+:class:`Settings` with no ``auto`` left. The shared :data:`QUALITY` parameter picks the
 preset tier (``preview`` / ``production`` / ``final``). How a stage adopts it:
 docs/PIPELINE.md, "Device-aware defaults".
 """
@@ -12,15 +14,15 @@ docs/PIPELINE.md, "Device-aware defaults".
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from bakery.errors import UsageError
 
 #: The default of a parameter the stage resolves per device class and input size.
 AUTO = "auto"
 QUALITIES = ("preview", "production", "final")
-#: Device classes a preset table is keyed by: ``ctx.device.info.software`` picks one.
+#: Device classes a preset table is keyed by: :func:`preset_class` picks one.
 DEVICE_CLASSES = ("cpu", "gpu")
 
 
@@ -112,9 +114,16 @@ QUALITY = Param("quality", str, "production", "preset tier of the 'auto' paramet
                 choices=QUALITIES)
 
 
-def device_class(device) -> str:
-    """``cpu`` for a software Vulkan device (lavapipe), ``gpu`` otherwise."""
-    return "cpu" if device.info.software else "gpu"
+def preset_class(device_class: str | None) -> str:
+    """The preset row of a device class (``vulkan:ADAPTER``, as the planner probes it):
+    ``cpu`` for a software Vulkan device (lavapipe), for no device at all (a stage that
+    uses none runs on the CPU) and for none found (the bake will fail to open one);
+    ``gpu`` otherwise."""
+    from bakery.device import is_software_class
+
+    if device_class is None or device_class.endswith(":unavailable") or is_software_class(device_class):
+        return "cpu"
+    return "gpu"
 
 
 @dataclass(frozen=True)
@@ -167,3 +176,44 @@ def resolved_record(params: Mapping[str, Any], resolved: Mapping[str, Any], *, d
     return {"device_class": device_class, "quality": resolved.get("quality"),
             "auto": sorted(k for k, v in params.items() if v == AUTO),
             "values": dict(sorted(resolved.items()))}
+
+
+@dataclass(frozen=True)
+class Settings(Mapping[str, Any]):
+    """A task's parameters as its stage runs with them: a read-only mapping of every
+    parameter to a value of its declared type, ``auto`` already resolved.
+
+    ``given`` keeps what the pipeline asked for (``auto`` where it left a parameter
+    automatic) and ``device_class`` the preset row the automatic values came from
+    (``cpu`` / ``gpu``). A spec carries it as :meth:`to_dict`, so a worker elsewhere
+    runs exactly the values the key was computed for.
+    """
+
+    values: Mapping[str, Any]
+    given: Mapping[str, Any] = field(default_factory=dict)
+    device_class: str = "cpu"
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    @property
+    def auto(self) -> list[str]:
+        """The parameters that were ``auto``, sorted."""
+        return sorted(k for k, v in self.given.items() if v == AUTO)
+
+    def record(self) -> dict:
+        """The manifest's ``resolved_params``: every value used, and which came from ``auto``."""
+        return resolved_record(self.given, self.values, device_class=self.device_class)
+
+    def to_dict(self) -> dict:
+        return {"values": dict(self.values), "given": dict(self.given), "device_class": self.device_class}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Settings":
+        return cls(dict(d["values"]), dict(d["given"]), d["device_class"])

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bakery.formats.images import load_image, psnr
+from bakery.formats.images import load_image
+from bakery.imaging import psnr
 from bakery.nn.optimizers import OPTIMIZERS, AdamW
 from bakery.nn.trainer import TrainConfig, Trainer
 from bakery.progress import TrainingProgress
@@ -25,7 +26,7 @@ from bakery.stages.fit.objective import ShaderFit
 from bakery.stages.fit.plot import convergence_png
 from bakery.stages.fit.signature import check_bindings, compile_error, reflect
 from bakery.stages.fit.spec import FitSpec, SpecError, load_spec
-from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_record
+from bakery.stages.params import AUTO, QUALITY, Presets
 
 #: The difference image shows |render - reference| times this, so small errors are visible.
 DIFFERENCE_GAIN = 4.0
@@ -86,22 +87,27 @@ class Fit(Stage):
     version = "1"
     description = "recover the inputs of a differentiable Slang shader from a reference image"
     input_roles = ("fit",)
+    presets = PRESETS
     params = (
         QUALITY,
         Param("steps", int, AUTO, "optimisation steps; auto: the spec's fit.steps, else the quality preset",
               min=1, max=10_000_000),
     )
 
+    @classmethod
+    def resolve_auto(cls, params, *, device_class, files) -> dict:
+        """``auto`` steps: the spec's own ``[fit] steps`` where it sets them, else the preset."""
+        if params["steps"] == AUTO:
+            spec = load_spec(files["fit"])
+            if spec.steps_given:  # the spec's explicit value wins over the preset
+                params = dict(params, steps=spec.steps)
+        return PRESETS.resolve(params, device_class=device_class)
+
     def run(self, ctx, inputs, params) -> StageResult:
         (inp,) = inputs
         spec = load_spec(inp.files["fit"])
         device = ctx.device
-        dclass = device_class(device)
-        given = params
-        steps_from = "param" if params["steps"] != AUTO else "spec" if spec.steps_given else "preset"
-        if steps_from == "spec":  # the spec's explicit value wins over the preset
-            params = dict(params, steps=spec.steps)
-        params = PRESETS.resolve(params, device_class=dclass)
+        steps_from = "param" if "steps" not in params.auto else "spec" if spec.steps_given else "preset"
         spec.steps = params["steps"]
         reference, images, inits, size = load_inputs(spec)
         sig = reflect(device, spec)
@@ -131,7 +137,6 @@ class Fit(Stage):
                      size[0], size[1], config.steps, spec.loss, final_loss, score)
         manifest = self._write(ctx, spec, sig, objective, render, reference, losses, config)
         manifest["fit"]["steps_from"] = steps_from
-        manifest["resolved_params"] = resolved_record(given, params, device_class=dclass)
         return StageResult(metrics={"final_loss": final_loss, "render_psnr_db": round(score, 4)}, manifest=manifest)
 
     def _write(self, ctx, spec, sig, objective, render, reference, losses, config) -> dict:

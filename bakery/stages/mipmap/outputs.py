@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from bakery.baselines import bcn
+from bakery.imaging import linear_to_srgb
 from bakery.stages.mipmap.chain import MipChain
-from bakery.stages.mipmap.material import MipMaterial, linear_to_srgb
+from bakery.stages.mipmap.material import MipMaterial
 
 #: (BCn format of bcn.encode, container format) and the uncompressed alternative, per map.
 STORAGE = {

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from bakery.imaging import psnr_from_mse
 from bakery.nn.optimizers import Adam
 from bakery.nn.trainer import TrainConfig, Trainer
 from bakery.stages import Param, Stage, StageResult, register
 from bakery.stages.base import StepProgress
-from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_record
+from bakery.stages.params import AUTO, QUALITY, Presets
 from bakery.stages.mipmap.chain import MipChain
 from bakery.stages.mipmap.material import load_mip_material
 from bakery.stages.mipmap.objective import STARTS, MipFit
@@ -43,6 +44,7 @@ class Mipmap(Stage):
     version = "1"
     description = "train normal/roughness mip chains that shade like the full-resolution map"
     input_roles = ("normal", "roughness", "albedo", "metalness")
+    presets = PRESETS
     params = (
         Param("levels", int, 0, "levels below 0 to author (0: down to a 4-texel smaller side)", min=0, max=16),
         QUALITY,
@@ -67,13 +69,13 @@ class Mipmap(Stage):
         (inp,) = inputs
         material = load_mip_material(dict(inp.files), roughness=params["roughness"], albedo=params["albedo"])
         width, height = material.size
+        if material.renormalised:
+            ctx.log.info("%s: %d normal texel(s) off unit length, renormalised", inp.name, material.renormalised)
         if not material.roughness_given:
             ctx.log.info("%s: no roughness map; constant roughness %.3g (param roughness)", inp.name,
                          params["roughness"])
         chain = MipChain.for_size(width, height, params["levels"])
         device = ctx.device
-        dclass = device_class(device)
-        given, params = params, PRESETS.resolve(params, device_class=dclass)
         settings = {k: params[k] for k in SETTINGS}
         fit = MipFit(device, material, chain, pairs=settings["pairs"], light=params["light"], lr=params["lr"],
                      roughness_lr=params["roughness_lr"],
@@ -92,7 +94,7 @@ class Mipmap(Stage):
             row = {"level": level, "width": chain.shape(level)[1], "height": chain.shape(level)[0]}
             for name in chains:
                 row[f"{name}_rmse"] = round(float(np.sqrt(mse[name][i])), 6)
-                row[f"{name}_psnr_db"] = round(_psnr(mse[name][i]), 3)
+                row[f"{name}_psnr_db"] = round(psnr_from_mse(mse[name][i]), 3)
             for name in ("trained", "box"):
                 row[f"{name}_flip"] = round(flip_error(reference[i], renders[name][i]), 5)
             levels.append(row)
@@ -113,9 +115,4 @@ class Mipmap(Stage):
                 "render": {"light": params["light"], "tonemap": "reinhard x/(1+x)",
                            "space": "linear, tangent frame z up",
                            "held_out": "seed 0x4E1D0, hash streams 2/3 (training draws streams 0/1)"},
-                "size_policy": "powers of two on both sides, smaller side >= 8; no padding or cropping"},
-                "resolved_params": resolved_record(given, params, device_class=dclass)})
-
-
-def _psnr(mse: float) -> float:
-    return float("inf") if mse <= 0 else float(10.0 * np.log10(1.0 / mse))
+                "size_policy": "powers of two on both sides, smaller side >= 8; no padding or cropping"}})

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bakery.stages.neural_material.material import linear_to_srgb
+from bakery.imaging import linear_to_srgb, psnr_from_mse
 
 IRRADIANCE = np.pi  # a white Lambertian plane lit head-on shows 1
 FLIP_CROP = 1024
@@ -22,7 +22,7 @@ def display(brdf_cos: np.ndarray) -> np.ndarray:
 
 def psnr_pooled(teachers: list[np.ndarray], students: list[np.ndarray]) -> float:
     mse = np.mean([np.mean((display(t) - display(s)) ** 2) for t, s in zip(teachers, students)])
-    return float(10.0 * np.log10(1.0 / max(mse, 1e-20)))
+    return psnr_from_mse(max(float(mse), 1e-20))
 
 
 def flip_mean(teachers: list[np.ndarray], students: list[np.ndarray]) -> float:

@@ -1,4 +1,6 @@
-"""The material folder as per-texel shading parameters, and their filtered mip chain.
+"""The neural_material stage's shading inputs: a material folder (read by
+:func:`bakery.materials.load_textures`) as per-texel shading parameters, and their
+filtered mip chain.
 
 A texel is 8 floats, the encoder's input and the teacher's arguments: linear albedo
 (sRGB-decoded), unit tangent-space normal, perceptual roughness, metalness. Only albedo
@@ -11,53 +13,40 @@ from __future__ import annotations
 import numpy as np
 
 from bakery.errors import UsageError
-from bakery.materials import load_material
+from bakery.imaging import mip_size, srgb_to_linear
+from bakery.materials import load_textures, unit_normals
 
 PARAMS = 8  # albedo rgb, normal xyz, roughness, metalness
 
 
-def srgb_to_linear(c: np.ndarray) -> np.ndarray:
-    return np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
-
-
-def linear_to_srgb(c: np.ndarray) -> np.ndarray:
-    c = np.clip(c, 0.0, 1.0)
-    return np.where(c <= 0.0031308, 12.92 * c, 1.055 * c ** (1 / 2.4) - 0.055)
-
-
-def material_params(files: dict, *, roughness: float = 0.5, metalness: float = 0.0) -> np.ndarray:
-    """[H, W, 8] float32 shading parameters from a material folder's role -> file map."""
-    if "albedo" not in files:
+def material_params(files: dict, *, roughness: float = 0.5, metalness: float = 0.0) -> tuple[np.ndarray, int]:
+    """([H, W, 8] float32 shading parameters, normal texels renormalised) from a material
+    folder's role -> file map."""
+    tex = load_textures(files, roles=("albedo", "normal", "roughness", "metalness"))
+    if "albedo" not in tex:
         raise UsageError(f"the material has no albedo texture (roles found: {', '.join(sorted(files)) or 'none'})",
                          key="albedo")
-    mat = load_material(dict(files))
-    tex = mat.split(mat.image)
     albedo = tex["albedo"]
     if albedo.shape[2] < 3:
         albedo = np.repeat(albedo[..., :1], 3, axis=2)
-    h, w = albedo.shape[:2]
+    h, w = tex.shape
     if "normal" in tex:
-        n = tex["normal"] * 2.0 - 1.0
-        length = np.linalg.norm(n, axis=-1, keepdims=True)
-        if np.any(length < 1e-3):
-            raise UsageError("normal map has zero-length texels; expected tangent-space normals in [0, 1] storage",
-                             where=str(files["normal"]), key="normal")
-        n = n / length
+        n, _ = unit_normals(tex["normal"], where=tex.source("normal"))
     else:
         n = np.broadcast_to(np.array([0.0, 0.0, 1.0], np.float32), (h, w, 3))
     r = tex["roughness"] if "roughness" in tex else np.full((h, w, 1), roughness, np.float32)
     m = tex["metalness"] if "metalness" in tex else np.full((h, w, 1), metalness, np.float32)
     out = np.concatenate([srgb_to_linear(albedo[..., :3]), n, r, m], axis=-1)
-    return np.ascontiguousarray(out, dtype=np.float32)
+    return np.ascontiguousarray(out, dtype=np.float32), tex.renormalised
 
 
 def downsample(params: np.ndarray) -> np.ndarray:
-    """One mip level down (2x2 box, max(1, size // 2) as GPU mips are). Roughness is averaged as alpha =
+    """One mip level down (2x2 box, :func:`bakery.imaging.mip_size` as GPU mips are). Roughness is averaged as alpha =
     r^2 and widened by the normals' spread (Toksvig): a bumpy texel seen from afar looks
     rougher, which is what the teacher's filtered appearance needs."""
     h, w, _ = params.shape
-    ys = np.minimum(np.arange(max(1, h // 2))[:, None] * 2 + np.array([0, 1]), h - 1)
-    xs = np.minimum(np.arange(max(1, w // 2))[:, None] * 2 + np.array([0, 1]), w - 1)
+    ys = np.minimum(np.arange(mip_size(h, 1))[:, None] * 2 + np.array([0, 1]), h - 1)
+    xs = np.minimum(np.arange(mip_size(w, 1))[:, None] * 2 + np.array([0, 1]), w - 1)
     block = params[ys[:, :, None, None], xs[None, None, :, :]]       # [h2, 2, w2, 2, 8]
     mean = block.mean(axis=(1, 3))
     alpha2 = (block[..., 6] ** 4).mean(axis=(1, 3))

@@ -26,7 +26,7 @@ from bakery.stages.neural_material.material import mip_chain, material_params
 from bakery.stages.neural_material.objective import (DIRECTIONS, LOSSES, NORMAL_EPS, OUTPUT_GAIN,
                                                      MaterialDistillation, held_out_directions, make_stack)
 from bakery.stages.neural_material.shader import generate_material_eval
-from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_record
+from bakery.stages.params import AUTO, QUALITY, Presets
 from bakery.materials import ROLES
 
 #: What ``auto`` means. CPU (lavapipe, 2 shared cores, bricks 256^2, warm caches): training
@@ -91,6 +91,7 @@ class NeuralMaterial(Stage):
     version = "2"
     description = "distil a layered material (GGX + clear coat + sheen) into latent textures + a decoder MLP"
     input_roles = tuple(ROLES)
+    presets = PRESETS
     params = (
         Param("latents", int, 8, "latent channels (4 per texture-array layer)", choices=(4, 8, 12, 16)),
         QUALITY,
@@ -132,10 +133,12 @@ class NeuralMaterial(Stage):
         layers = LayerConstants(params["coat_weight"], params["coat_roughness"], params["coat_ior"],
                                 params["sheen_weight"], parse_color(params["sheen_color"]), params["sheen_roughness"],
                                 params["coat_quadrature"])
-        base = material_params(dict(inp.files), roughness=params["roughness"], metalness=params["metalness"])
+        base, renormalised = material_params(dict(inp.files), roughness=params["roughness"],
+                                             metalness=params["metalness"])
+        if renormalised:
+            ctx.log.info("%s: %d normal texel(s) off unit length, renormalised", inp.name, renormalised)
         h, w, _ = base.shape
-        dclass = device_class(ctx.device)
-        given, params = params, PRESETS.resolve(params, device_class=dclass)
+        dclass = params.device_class
         steps, batch = params["steps"], params["batch"]
         n = params["latents"]
         directions_mode = params["directions"]
@@ -237,7 +240,7 @@ class NeuralMaterial(Stage):
         ctx.log.info("%s: %dx%d, %d latents, PSNR %.2f dB (constant %.2f), FLIP %.4f, speedup %s", inp.name, w, h,
                      n, quality_psnr, metrics["constant_psnr_db"], quality_flip, metrics["speedup"])
         return StageResult(metrics=metrics, manifest={
-            "neural_material": extra, "resolved_params": resolved_record(given, params, device_class=dclass)})
+            "neural_material": extra})
 
 
 def _direction_encoding(directions: str) -> list[str]:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from bakery.formats.images import load_image, psnr
+from bakery.formats.images import image_size, load_image
+from bakery.imaging import psnr
 from bakery.formats.onnx_export import OPSET, OPSETS
 from bakery.nn.activations import ACTIVATIONS
 from bakery.nn.encodings import FrequencyEncoding
@@ -20,7 +21,7 @@ from bakery.stages.neural_texture.objective import LOSSES, TextureFit
 from bakery.nn.trainer import TrainConfig, Trainer
 from bakery.progress import TrainingProgress
 from bakery.stages import Param, Stage, StageResult, register
-from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_record
+from bakery.stages.params import AUTO, QUALITY, Presets
 
 #: Convergence-curve points per run (each decodes the whole image once).
 CURVE_POINTS = 16
@@ -50,6 +51,7 @@ class NeuralTexture(Stage):
     version = "1"
     description = "fit a UV -> colour MLP to one texture"
     input_roles = ("image",)
+    presets = PRESETS
     params = (
         QUALITY,
         Param("steps", int, AUTO, "training steps", min=1, max=1_000_000),
@@ -65,13 +67,17 @@ class NeuralTexture(Stage):
         Param("onnx_opset", int, OPSET, "opset of decoder.onnx (IR version to match)", choices=OPSETS),
     )
 
+    @classmethod
+    def resolve_auto(cls, params, *, device_class, files) -> dict:
+        """The presets, no batch beyond the image's texels (read from its header)."""
+        w, h = image_size(files["image"], key="image")
+        return PRESETS.resolve(params, device_class=device_class, size=w * h)
+
     def run(self, ctx, inputs, params) -> StageResult:
         (inp,) = inputs
         image = load_image(inp.files["image"], key="image")
         h, w, c = image.shape
         device = ctx.device
-        dclass = device_class(device)
-        given, params = params, PRESETS.resolve(params, device_class=dclass, size=w * h)
         spec = NetworkSpec(FrequencyEncoding(2, params["octaves"]), (params["width"],) * params["layers"], c,
                            params["activation"])
         objective = TextureFit(device, image, loss=params["loss"])
@@ -84,8 +90,8 @@ class NeuralTexture(Stage):
         decoded = objective.decode(trainer)
         weights = trainer.params()
         score = psnr(decoded, image)
-        ctx.log.info("%s: %dx%dx%d, %d steps (%s, %s), PSNR %.2f dB", inp.name, w, h, c, config.steps, dclass,
-                     params["quality"], score)
+        ctx.log.info("%s: %dx%dx%d, %d steps (%s, %s), PSNR %.2f dB", inp.name, w, h, c, config.steps,
+                     params.device_class, params["quality"], score)
 
         ctx.out.write_weights("weights.bin", spec, weights, dtype=params["weights_dtype"])
         ctx.out.write_png("preview.png", decoded)
@@ -95,8 +101,7 @@ class NeuralTexture(Stage):
         ctx.out.write_decoder_artifacts(spec, params=weights, onnx_opset=params["onnx_opset"])
         return StageResult(metrics={"psnr_db": round(score, 4)},
                            manifest={"source": {"width": w, "height": h, "channels": c},
-                                     "difference_gain": DIFFERENCE_GAIN,
-                                     "resolved_params": resolved_record(given, params, device_class=dclass)})
+                                     "difference_gain": DIFFERENCE_GAIN})
 
 
 #: The difference image shows |decoded - reference| times this, so small errors are visible.

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from bakery.nn.network import NetworkSpec
-from bakery.stages.ntc.objective import LOD_INPUT_SCALE, LatentGridSpec, texel_position_encoding
+from bakery.stages.ntc.texture_set import LOD_INPUT_SCALE, LatentGridSpec, texel_position_encoding
 
 
 def sample_level(values: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bakery.stages.ntc.objective import LatentGridSpec
+from bakery.stages.ntc.texture_set import LatentGridSpec
 
 
 def codes_per_word(bits: int) -> int:

@@ -17,8 +17,8 @@ from bakery.formats import weights as weights_format
 from bakery.nn.encodings import IdentityEncoding
 from bakery.nn.network import NetworkSpec
 from bakery.stages.ntc import bc4
-from bakery.stages.ntc.objective import LatentGridSpec
 from bakery.stages.ntc.packing import packed_bytes
+from bakery.stages.ntc.texture_set import LatentGridSpec
 
 FEATURES = (16, 12, 8, 4)
 MIN_SCALE = 2.0          # texels per latent cell: finer grids waste bits on what the MLP could add

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from bakery.formats.shadergen import generate
 from bakery.nn.network import NetworkSpec
-from bakery.stages.ntc.objective import LOD_INPUT_SCALE, LatentGridSpec
 from bakery.stages.ntc.packing import codes_per_word, word_offsets
+from bakery.stages.ntc.texture_set import LOD_INPUT_SCALE, LatentGridSpec
 
 LANGUAGES = ("slang", "hlsl", "glsl")
 

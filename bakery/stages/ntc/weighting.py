@@ -26,7 +26,7 @@ WEIGHT_RANGE = (0.25, 8.0)
 #: marks a flat map, and a decode above it counts as this.
 NEAR_LOSSLESS_DB = 50.0
 #: Pauses of ``margin`` weighting, spread evenly over the steps before the last
-#: FREEZE_FRACTION (ntc/stage.py; packed latents freeze there).
+#: FREEZE_FRACTION (ntc/training.py; packed latents freeze there).
 MARGIN_ROUNDS = 8
 #: dB of extra weight per dB a texture is under its target margin (each round).
 MARGIN_GAIN = 2.0

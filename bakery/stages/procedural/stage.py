@@ -17,9 +17,10 @@ import numpy as np
 from bakery.baselines import bcn
 from bakery.baselines.resample import downsample_area
 from bakery.errors import UsageError
-from bakery.formats.images import encode_png, load_image, psnr
+from bakery.formats.images import encode_png, load_image
+from bakery.imaging import psnr
 from bakery.stages import Param, Stage, StageResult, register
-from bakery.stages.params import AUTO, QUALITY, Presets, device_class, resolved_record
+from bakery.stages.params import AUTO, QUALITY, Presets
 from bakery.stages.procedural import codegen, texture_stats
 from bakery.stages.procedural.dsl import complexity, instructions, param_count, program_document
 from bakery.stages.procedural.fit import FitConfig
@@ -58,6 +59,7 @@ class Procedural(Stage):
     version = "1"
     description = "find a compact procedural shader program that draws the texture"
     input_roles = ("image",)
+    presets = PRESETS
     params = (
         QUALITY,
         Param("generations", int, AUTO, "search generations", min=1, max=100),
@@ -87,8 +89,6 @@ class Procedural(Stage):
                              where=str(path), key="image")
         builtin, command = make_proposers(params["proposer"], ctx.log)
         device = ctx.device
-        dclass = device_class(device)
-        given, params = params, PRESETS.resolve(params, device_class=dclass)
         used = {k: params[k] for k in BUDGET}
         rgb = image[:, :, :3]
         scale = min(1.0, used["fit_size"] / max(h, w))
@@ -136,7 +136,7 @@ class Procedural(Stage):
             "source": {"width": w, "height": h, "channels": c, "alpha_ignored": c == 4},
             "search": {**used, "fit_width": fw, "fit_height": fh, "structures_fitted": len(search.evaluated),
                        "from_command": sum(1 for c in search.evaluated.values() if c.origin == "cmd")},
-            "sizes": sizes, "resolved_params": resolved_record(given, params, device_class=dclass)})
+            "sizes": sizes})
 
 
 def _pareto_plot(search) -> bytes:
