@@ -476,3 +476,28 @@ def test_run_sweeps_the_staging_folders_killed_runs_left(tmp_path):
     r = bakery(tmp_path, "run", "neural_texture", "src/a.png", "-o", "b", *TINY_NEURAL_TEXTURE)
     assert r.returncode == 0, r.stderr
     assert not dead.exists() and alive.is_dir() and mine.is_dir()
+
+
+# -- 7. wide images are read as their values, or refused -------------------------------------
+def test_float_and_wide_integer_images_are_values_or_refused_never_black(tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    from bakery.errors import UsageError
+    from bakery.formats.images import load_image
+
+    ramp = np.linspace(0.0, 1.0, 32 * 16, dtype=np.float32).reshape(16, 32)
+    Image.fromarray(ramp, mode="F").save(tmp_path / "height.tif")
+    got = load_image(tmp_path / "height.tif")
+    assert got.shape == (16, 32, 1) and np.array_equal(got[..., 0], ramp)  # the values, not 8-bit black
+    bad = ramp.copy()
+    bad[3, 4] = np.nan
+    Image.fromarray(bad, mode="F").save(tmp_path / "nan.tif")
+    with pytest.raises(UsageError, match=r"nan\.tif: .*NaN"):
+        load_image(tmp_path / "nan.tif")
+    Image.fromarray(np.full((8, 8), 1 << 20, np.int32), mode="I").save(tmp_path / "wide.tif")
+    with pytest.raises(UsageError, match=r"wide\.tif: 32-bit integer samples"):
+        load_image(tmp_path / "wide.tif")
+    (tmp_path / "albedo.exr").write_bytes(b"\x76\x2f\x31\x01" + bytes(60))
+    with pytest.raises(UsageError, match=r"albedo\.exr: OpenEXR images are not read"):
+        load_image(tmp_path / "albedo.exr")

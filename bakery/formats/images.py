@@ -20,7 +20,8 @@ _PNG16 = {"RGB;16B": "RGB", "RGBA;16B": "RGBA"}
 
 
 def load_image(path: str | Path, *, key: str | None = None) -> np.ndarray:
-    """Reads an 8/16-bit image as float32 [H, W, C] in [0, 1] (storage space, no sRGB decode).
+    """Reads an 8/16-bit image as float32 [H, W, C] in [0, 1] (storage space, no sRGB decode),
+    or a 32-bit float one as its values.
 
     Raises a one-line :class:`UsageError` naming the file for a missing or unreadable file.
     """
@@ -37,15 +38,19 @@ def load_image(path: str | Path, *, key: str | None = None) -> np.ndarray:
             if _png16_rawmode(im):
                 return _load_png16(path)
             im.load()
-            if im.mode in ("I;16", "I;16B", "I;16L", "I"):
-                a = np.asarray(im, dtype=np.float32) / 65535.0
-                return a[:, :, None]
+            if im.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
+                return _load_wide_grey(im, path, key)
             if im.mode not in _MODES:
                 im = im.convert("RGBA" if "A" in im.getbands() else "RGB")
             a = np.asarray(im, dtype=np.float32) / 255.0
     except Image.DecompressionBombError as e:
         raise UsageError(f"refused: {e}", where=str(path), key=key) from None
-    except (UnidentifiedImageError, OSError, ValueError) as e:
+    except UnidentifiedImageError as e:
+        if path.suffix.lower() in _UNREAD:
+            raise UsageError(f"{_UNREAD[path.suffix.lower()]} images are not read by bakery; convert it to a 16-bit "
+                             "PNG or a 32-bit float TIFF", where=str(path), key=key) from None
+        raise UsageError(f"cannot read image ({type(e).__name__}: {e})", where=str(path), key=key) from None
+    except (OSError, ValueError) as e:
         raise UsageError(f"cannot read image ({type(e).__name__}: {e})", where=str(path), key=key) from None
     if a.ndim == 2:
         a = a[:, :, None]
@@ -67,6 +72,27 @@ def image_size(path: str | Path, *, key: str | None = None) -> tuple[int, int]:
             return im.width, im.height
     except (UnidentifiedImageError, OSError, ValueError) as e:
         raise UsageError(f"cannot read image ({type(e).__name__}: {e})", where=str(path), key=key) from None
+
+
+#: Formats Pillow cannot decode: refused by name rather than as an unknown file.
+_UNREAD = {".exr": "OpenEXR", ".hdr": "Radiance HDR"}
+
+
+def _load_wide_grey(im, path: Path, key: str | None) -> np.ndarray:
+    """A one-channel image of more than 8 bits, as its values: 16-bit integers scaled to
+    [0, 1]; 32-bit floats unchanged (a height or mask map authored in floats; converting
+    through 8 bits would turn [0, 1] into black). 32-bit integers beyond 16 bits and
+    non-finite floats are refused: there is no reading of them that is not a guess."""
+    a = np.asarray(im)
+    if im.mode == "F":
+        a = a.astype(np.float32)
+        if not np.isfinite(a).all():
+            raise UsageError("32-bit float image holds NaN or infinite values", where=str(path), key=key)
+        return np.ascontiguousarray(a[:, :, None])
+    if a.size and (int(a.min()) < 0 or int(a.max()) > 65535):
+        raise UsageError(f"32-bit integer samples in [{int(a.min())}, {int(a.max())}]; bakery reads 8/16-bit integer "
+                         "or 32-bit float images", where=str(path), key=key)
+    return np.ascontiguousarray((a.astype(np.float32) / 65535.0)[:, :, None])
 
 
 def _png16_rawmode(im) -> str | None:

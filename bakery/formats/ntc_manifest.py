@@ -28,7 +28,7 @@ class NtcRecord:
     channels: dict[str, tuple[int, int]]  # role -> (first channel, count)
     normal_channel: int
     latents_file: str
-    grid: object  # bakery.stages.ntc.objective.LatentGridSpec
+    grid: object  # bakery.stages.ntc.texture_set.LatentGridSpec
 
 
 def _is_int(v) -> bool:
