@@ -501,3 +501,15 @@ def test_float_and_wide_integer_images_are_values_or_refused_never_black(tmp_pat
     (tmp_path / "albedo.exr").write_bytes(b"\x76\x2f\x31\x01" + bytes(60))
     with pytest.raises(UsageError, match=r"albedo\.exr: OpenEXR images are not read"):
         load_image(tmp_path / "albedo.exr")
+
+
+# -- 8. the rest -------------------------------------------------------------------------------
+@pytest.mark.parametrize("stem", ["..", ".", "bad\nname"])
+def test_asset_names_that_cannot_name_a_folder_are_a_config_error(tmp_path, stem):
+    make_project(tmp_path, BASIC_TOML.replace('"src/*.png"', '"src/*.png"' if "\n" in stem else '"src/.*.png"'),
+                 images=("a",))
+    shutil.copy(tmp_path / "src" / "a.png", tmp_path / "src" / f"{stem}.png")
+    before = listing(tmp_path)
+    r = bakery(tmp_path, "bake", "pipeline.toml")
+    assert r.returncode == 2 and "cannot name an output folder" in r.stderr and "Traceback" not in r.stderr
+    assert listing(tmp_path) == before

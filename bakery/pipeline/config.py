@@ -406,6 +406,10 @@ def _source_paths(assets: dict[str, list[Asset]], doc: dict) -> list[Path]:
 def _check_unique(insts: list[Asset], c: _Collector, key: str) -> None:
     seen = set()
     for a in insts:
+        part = a.name.split("/", 1)[-1]
+        if part in ("", ".", "..") or any(ord(ch) < 32 or ord(ch) == 127 for ch in part):
+            c.add(key, f"a match gives the asset name {a.name!r}, which cannot name an output folder; rename "
+                       "the file or folder")
         if a.name in seen:
             c.add(key, f"two matches give the same asset name {a.name!r}; rename one")
         seen.add(a.name)
