@@ -513,3 +513,12 @@ def test_asset_names_that_cannot_name_a_folder_are_a_config_error(tmp_path, stem
     r = bakery(tmp_path, "bake", "pipeline.toml")
     assert r.returncode == 2 and "cannot name an output folder" in r.stderr and "Traceback" not in r.stderr
     assert listing(tmp_path) == before
+
+
+def test_a_stage_input_to_a_stage_that_reads_no_bundles_is_a_config_error(tmp_path):
+    make_project(tmp_path, BASIC_TOML.replace('type = "test_summary"', 'type = "test_blur"'), images=("a",))
+    before = listing(tmp_path)
+    r = bakery(tmp_path, "bake", "pipeline.toml")
+    line = one_error_line(r.stderr)
+    assert r.returncode == 2 and "stages.summary.inputs" in line and "not another stage's bundle" in line, line
+    assert listing(tmp_path) == before

@@ -471,6 +471,10 @@ def _load_stages(table: Any, pipe: Pipeline, declared_assets: set[str], c: _Coll
                 if up not in table:
                     c.add(f"{key}.inputs", f"unknown stage {up!r} in {i!r} (stages: {', '.join(table)})")
                     ok = False
+                elif not stage_cls.reads_bundles:
+                    c.add(f"{key}.inputs", f"{i!r}: stage type {type_name!r} reads source files "
+                                            f"({', '.join(stage_cls.input_roles)}), not another stage's bundle")
+                    ok = False
             elif i not in pipe.assets:
                 if i not in declared_assets:  # a declared but broken asset is reported already
                     known = ", ".join(sorted(declared_assets)) or "none"
