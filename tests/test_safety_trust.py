@@ -522,3 +522,35 @@ def test_a_stage_input_to_a_stage_that_reads_no_bundles_is_a_config_error(tmp_pa
     line = one_error_line(r.stderr)
     assert r.returncode == 2 and "stages.summary.inputs" in line and "not another stage's bundle" in line, line
     assert listing(tmp_path) == before
+
+
+@pytest.mark.parametrize("code", ["0", "3"])
+def test_a_plugin_that_exits_at_import_fails_the_bake(tmp_path, code):
+    make_project(tmp_path, BASIC_TOML.replace('plugins = ["pipeline_helpers"]', 'plugins = ["pipeline_helpers", "quitter"]'),
+                 images=("a",))
+    (tmp_path / "quitter.py").write_text(f"import sys\nsys.exit({code})\n")
+    before = listing(tmp_path)
+    r = bakery(tmp_path, "bake", "pipeline.toml")
+    assert r.returncode == 2 and "quitter" in one_error_line(r.stderr) and "exited" in r.stderr
+    assert listing(tmp_path, skip=("__pycache__",)) == before
+
+
+def test_a_proposer_commands_children_die_with_it(tmp_path):
+    from bakery.stages.procedural.proposers import run_in_own_group
+
+    pidfile = tmp_path / "grandchild.pid"
+    script = f"sleep 300 & echo $! > {pidfile}; wait"
+    t0 = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_in_own_group(["sh", "-c", script], "", timeout=1.0)
+    assert time.monotonic() - t0 < 10
+    pid = int(pidfile.read_text())
+    for _ in range(50):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        pytest.fail("the proposer's child outlived it")

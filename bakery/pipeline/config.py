@@ -274,6 +274,8 @@ def _import_plugins(root: Path, plugins: list[str], c: _Collector) -> None:
             importlib.import_module(mod)
         except Exception as e:  # noqa: BLE001 - any import failure is a config problem
             c.add("project.plugins", f"cannot import plugin {mod!r} ({type(e).__name__}: {e})")
+        except SystemExit as e:  # a plugin that calls sys.exit() at import must not end the bake "successfully"
+            c.add("project.plugins", f"plugin {mod!r} exited while being imported (exit code {e.code!r})")
 
 
 def _is_glob(s: str) -> bool:

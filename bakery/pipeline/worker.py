@@ -66,7 +66,10 @@ def import_plugins(spec: TaskSpec) -> None:
     if spec.plugins and spec.plugin_root and spec.plugin_root not in sys.path:
         sys.path.insert(0, spec.plugin_root)
     for mod in spec.plugins:
-        importlib.import_module(mod)
+        try:
+            importlib.import_module(mod)
+        except SystemExit as e:  # a worker must report it, not vanish as if it had crashed
+            raise TaskError(f"plugin {mod!r} exited while being imported (exit code {e.code!r})", where=spec.id) from None
 
 
 def stage_inputs(spec: TaskSpec, cache: Cache) -> list[StageInput]:
