@@ -554,3 +554,32 @@ def test_a_proposer_commands_children_die_with_it(tmp_path):
     else:
         os.kill(pid, signal.SIGKILL)
         pytest.fail("the proposer's child outlived it")
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "ray://127.0.0.1:1", "nonsense"])
+def test_a_ray_address_with_no_cluster_is_one_line(tmp_path, address):
+    pytest.importorskip("ray")
+    make_project(tmp_path, images=("a",))
+    before = listing(tmp_path, skip=("out", "cache"))
+    r = bakery(tmp_path, "bake", "pipeline.toml", "--runner", "ray", "--address", address, timeout=60)
+    assert r.returncode == 2 and "--address" in one_error_line(r.stderr), r.stderr
+    assert listing(tmp_path, skip=("out", "cache")) == before
+
+
+def test_sigterm_ends_a_ray_bake_with_143_and_no_stack_dump(tmp_path):
+    from pipeline_helpers import SLEEP_TOML
+
+    pytest.importorskip("ray")
+    make_project(tmp_path, SLEEP_TOML.format(seconds=60.0, tag="x"), images=("a",))
+    started = tmp_path / "started"
+    env = {**_env(), "BAKERY_TEST_STARTED": str(started), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    p = subprocess.Popen([sys.executable, "-m", "bakery", "bake", "pipeline.toml", "--runner", "ray"], cwd=tmp_path,
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    t0 = time.monotonic()
+    while not started.exists():
+        assert p.poll() is None and time.monotonic() - t0 < 120, p.communicate()
+        time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 143 and "interrupted" in err, err
+    assert "Traceback" not in err and "Fatal Python error" not in err and "Stack (most recent" not in err, err

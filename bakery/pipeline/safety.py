@@ -293,8 +293,15 @@ class Interrupted(KeyboardInterrupt):
 SIGNAL_GRACE_S = 10.0
 
 
+#: The last SIGINT/SIGTERM the handler saw: a library that catches the interrupt and
+#: raises a KeyboardInterrupt of its own (Ray's ``ray.get``) must not turn 143 into 130.
+_last_signal: list[int] = []
+
+
 def exit_code_of(e: BaseException) -> int:
-    return e.exit_code if isinstance(e, Interrupted) else 130
+    if isinstance(e, Interrupted):
+        return e.exit_code
+    return 128 + _last_signal[-1] if _last_signal else 130
 
 
 @contextmanager
@@ -317,6 +324,7 @@ def sigterm_as_interrupt(grace_s: float | None = None) -> Iterator[None]:
     done = threading.Event()
 
     def interrupt(signum, frame):
+        _last_signal.append(signum)
         raise Interrupted(signum)
 
     read_fd, write_fd = os.pipe()
