@@ -583,3 +583,16 @@ def test_sigterm_ends_a_ray_bake_with_143_and_no_stack_dump(tmp_path):
     _, err = p.communicate(timeout=60)
     assert p.returncode == 143 and "interrupted" in err, err
     assert "Traceback" not in err and "Fatal Python error" not in err and "Stack (most recent" not in err, err
+
+
+def test_verify_ignores_publish_leftovers_whatever_they_hold(tmp_path):
+    bundle = _baked(tmp_path)
+    aside = bundle.with_name(bundle.name + ".bakery-old")
+    shutil.copytree(bundle, aside)
+    (aside / "blurred.png").write_bytes(b"half of an old bundle")
+    before = listing(tmp_path)
+    r = bakery(tmp_path, "verify", "out")
+    assert r.returncode == 0 and "0 bad, 1 leftover(s) ignored" in r.stdout, r.stdout + r.stderr
+    r = bakery(tmp_path, "verify", "--json", "out")
+    assert json.loads(r.stdout)["ignored"] == [str(Path("out/blur/photos/a.bakery-old"))]
+    assert listing(tmp_path) == before
