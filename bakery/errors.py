@@ -6,6 +6,9 @@ Exit codes are part of the CLI contract that pipeline hooks script against:
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 EXIT_OK = 0
 EXIT_TASK_FAILED = 1
 EXIT_USAGE = 2
@@ -43,3 +46,34 @@ class TaskError(BakeryError):
     """A bake task failed while running; other tasks may still build."""
 
     exit_code = EXIT_TASK_FAILED
+
+
+class ConfigError(UsageError):
+    """One or more problems in a TOML file (a pipeline, a fit spec); ``lines`` holds one
+    ``file:line: key: message`` per problem, all collected before giving up."""
+
+    def __init__(self, lines: list[str]):
+        self.lines = lines
+        more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
+        super().__init__(lines[0] + more)
+
+    def one_line(self) -> str:  # the lines are already formatted
+        return self.message
+
+    @classmethod
+    def from_toml(cls, path: Path, e: Exception) -> "ConfigError":
+        """A ``tomllib.TOMLDecodeError`` as one ``file:line:column: toml: ...`` line."""
+        msg = str(e)
+        m = re.search(r"\(at line (\d+), column (\d+)\)", msg)
+        if m:
+            text = msg[:m.start()].strip()
+            return cls([f"{display_path(path)}:{m.group(1)}:{m.group(2)}: toml: {text}"])
+        return cls([f"{display_path(path)}:1: toml: {msg}"])
+
+
+def display_path(p: Path) -> str:
+    """``p`` relative to the working directory when it is below it (shorter messages)."""
+    try:
+        return str(Path(p).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(p)

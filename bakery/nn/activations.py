@@ -1,9 +1,19 @@
 """Activation functions: one table row each, holding everything that names or computes it.
 
-Adding an activation touches this table and its Slang struct in
-``bakery/nn/activations.slang`` only: the row gives its on-disk id (``weights.bin``),
-the Slang struct the training code uses, the numpy reference and derivative (tests and
-the bundle reader), the ONNX operator and the expression generated decoder shaders use.
+The row gives an activation's on-disk id (``weights.bin``), the Slang struct the training
+code uses, the numpy reference and derivative (tests and the bundle reader), the ONNX
+operator and the expression generated decoder shaders use. Adding one touches:
+
+- this table;
+- its ``IActivation`` struct in ``bakery/nn/activations.slang`` (portable backend);
+- its ``IVecActivation`` extension in ``bakery/nn/mlp_coopvec.slang`` (CoopVec training:
+  the generated backward pass takes the derivative from the layer's output);
+- the id table of docs/FORMAT.md and the id list of examples/engines/unreal_import_bundle.py
+  (a loader reads ids, not names);
+- optionally ``VECTOR_ACTIVATIONS`` in ``bakery/formats/coopvec_shader.py`` (a whole-vector
+  form for the CoopVec decoder; without one it loops over elements).
+
+tests/test_activation_table.py checks each of these against the table.
 """
 
 from __future__ import annotations

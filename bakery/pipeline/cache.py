@@ -2,7 +2,8 @@
 unchanged.
 
 Key = sha256 over: input file bytes (by role), the asset name, upstream task keys, params
-(the values the stage runs with, ``auto`` resolved, and what the pipeline asked for), seed, stage type and version, bakery version, the stage's code fingerprint (every
+(the values the stage runs with, ``auto`` resolved, and what the pipeline asked for),
+seed, stage type and version, bakery version, the stage's code fingerprint (every
 Python and Slang file its output depends on, see fingerprint.py), and the device class (only for stages that use a device, so pure-CPU stages
 never open one just to compute a key).
 
@@ -122,9 +123,9 @@ class EntryCheck:
 
 
 class Cache:
-    """The cache folder of one pipeline, behind a small get/put interface: :meth:`get`
-    returns a verified entry's bundle folder, :meth:`put` fills and seals one. Another
-    store (a shared path, an object store) need only provide the same calls."""
+    """The cache folder of one pipeline, behind a small interface: :meth:`check` verifies
+    an entry, :meth:`bundle_dir` and :meth:`sums` read it, :meth:`put` fills and seals
+    one. Another store (a shared path, an object store) need only provide the same calls."""
 
     def __init__(self, root: Path):
         self.root = Path(root)
@@ -183,11 +184,6 @@ class Cache:
             return EntryCheck("corrupt", f"unexpected file {extra[0]}")
         return EntryCheck("ok")
 
-    def get(self, key: str) -> Path | None:
-        """The bundle folder of a complete, verified entry, or None (missing or corrupt:
-        :meth:`check` says which)."""
-        return self.bundle_dir(key) if self.check(key).state == "ok" else None
-
     def put(self, key: str, write: Callable[[Path], Any], *, replace: bool = False) -> dict:
         """Builds entry ``key``: ``write(folder)`` must publish a bundle at ``folder``
         atomically; the entry is then sealed. Returns the entry's checksums.
@@ -236,12 +232,6 @@ class Cache:
         except FileNotFoundError:
             pass  # another writer moved it already
         shutil.rmtree(doomed, ignore_errors=True)
-
-    def seal(self, key: str) -> dict:
-        """Marks a freshly built entry complete by writing its checksums (last step)."""
-        sums = tree_sums(self.bundle_dir(key))
-        _write_json_atomic(self.entry_dir(key) / "sums.json", sums)
-        return sums
 
     def discard(self, key: str) -> None:
         shutil.rmtree(self.entry_dir(key), ignore_errors=True)

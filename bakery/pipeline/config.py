@@ -17,33 +17,18 @@ from pathlib import Path
 from typing import Any
 
 from bakery.device import DEVICE_KINDS
-from bakery.errors import UsageError
+from bakery.errors import ConfigError, UsageError, display_path
 from bakery.materials import ROLE_TABLE
 from bakery.pipeline.dag import find_cycle
 from bakery.pipeline.safety import declared_asset_paths, is_generated, path_overlaps, skipped_by_glob
 from bakery.pipeline.sourcemap import SourceMap
 
-#: Roles an asset may declare: the texture roles (a material folder's files are matched by
-#: stem) and ``fit``, a fit spec (docs/PIPELINE.md, "Fit specs").
-ROLES = (*ROLE_TABLE, "fit")
 RUNNERS = ("local", "ray")
 STAGE_REF = "stage:"
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _GLOB_CHARS = set("*?[")
 _PROJECT_KEYS = {"name", "out", "cache", "device", "seed", "plugins", "runner", "dispatch_timeout"}
 _STAGE_KEYS = {"type", "inputs", "params", "seed", "description", "require", "dispatch_timeout"}
-
-
-class ConfigError(UsageError):
-    """One or more configuration problems; ``lines`` holds one message per problem."""
-
-    def __init__(self, lines: list[str]):
-        self.lines = lines
-        more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
-        super().__init__(lines[0] + more)
-
-    def one_line(self) -> str:  # the lines are already formatted
-        return self.message
 
 
 @dataclass(frozen=True)
@@ -94,17 +79,6 @@ class Pipeline:
         line = self.source.line_of(key) if self.source else None
         return f"{display_path(self.path)}:{line or 1}"
 
-    def input_files(self) -> set[Path]:
-        return {p for insts in self.assets.values() for a in insts for p in a.files.values()}
-
-
-def display_path(p: Path) -> str:
-    """``p`` relative to the working directory when it is below it (shorter messages)."""
-    try:
-        return str(Path(p).resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(p)
-
 
 class _Collector:
     """Gathers one-line errors located by key path."""
@@ -121,15 +95,6 @@ class _Collector:
     def add_usage(self, e: UsageError) -> None:
         """Re-locates an error raised with only a key (e.g. by resolve_params)."""
         self.add(e.key or "", e.message) if e.key else self.lines.append(e.one_line())
-
-
-def _syntax_error(path: Path, e: tomllib.TOMLDecodeError) -> ConfigError:
-    msg = str(e)
-    m = re.search(r"\(at line (\d+), column (\d+)\)", msg)
-    if m:
-        text = msg[:m.start()].strip()
-        return ConfigError([f"{display_path(path)}:{m.group(1)}:{m.group(2)}: toml: {text}"])
-    return ConfigError([f"{display_path(path)}:1: toml: {msg}"])
 
 
 def _inside(root: Path, value: str, c: _Collector, key: str) -> Path | None:
@@ -171,7 +136,7 @@ def _parse(path: Path) -> tuple[dict, SourceMap]:
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise _syntax_error(path, e) from None
+        raise ConfigError.from_toml(path, e) from None
     return doc, SourceMap(text)
 
 
@@ -250,7 +215,7 @@ def load_pipeline(path: str | Path) -> Pipeline:
                     cache=cache or root / ".bakery-cache", device=str(device),
                     seed=seed if isinstance(seed, int) else 0, plugins=plugins, source=source,
                     runner=runner if runner in RUNNERS else "local", dispatch_timeout=dispatch_timeout or 600.0)
-    pipe.assets = _load_assets(doc.get("assets", {}), root, c, generated=(pipe.out, pipe.cache))
+    pipe.assets = _load_assets(doc.get("assets", {}), root, c, asset_roles(), generated=(pipe.out, pipe.cache))
     if out and cache:
         for key, message in path_overlaps(out, cache, path.resolve(), _source_paths(pipe.assets, doc)):
             c.add(key, message)
@@ -278,6 +243,14 @@ def _import_plugins(root: Path, plugins: list[str], c: _Collector) -> None:
             c.add("project.plugins", f"plugin {mod!r} exited while being imported (exit code {e.code!r})")
 
 
+def asset_roles() -> tuple[str, ...]:
+    """Roles an asset may declare: the texture roles (a material folder's files are matched
+    by stem) and every role a registered stage reads (``fit``: a fit spec), plugins' too."""
+    from bakery.stages import known_input_roles
+
+    return tuple(dict.fromkeys((*ROLE_TABLE, *known_input_roles())))
+
+
 def _is_glob(s: str) -> bool:
     return any(ch in _GLOB_CHARS for ch in s)
 
@@ -294,7 +267,8 @@ def _matches(root: Path, pattern: str, c: _Collector, key: str, *, dirs: bool,
     return found
 
 
-def _load_assets(table: Any, root: Path, c: _Collector, generated: tuple[Path, ...] = ()) -> dict[str, list[Asset]]:
+def _load_assets(table: Any, root: Path, c: _Collector, roles: tuple[str, ...],
+                 generated: tuple[Path, ...] = ()) -> dict[str, list[Asset]]:
     """``[assets.NAME]``: roles -> files, one role with a glob (one asset per file), or
     ``material = "dir-glob"`` (one material per folder, roles from file stems)."""
     if not isinstance(table, dict):
@@ -307,33 +281,33 @@ def _load_assets(table: Any, root: Path, c: _Collector, generated: tuple[Path, .
             c.add(key, "asset names use letters, digits, '_', '-', '.'")
             continue
         if not isinstance(decl, dict) or not decl:
-            c.add(key, f"expected a table of roles ({', '.join(ROLES)}) or material = \"folder glob\"")
+            c.add(key, f"expected a table of roles ({', '.join(roles)}) or material = \"folder glob\"")
             continue
-        unknown = [k for k in decl if k not in ROLES and k not in ("material", "description")]
+        unknown = [k for k in decl if k not in roles and k not in ("material", "description")]
         for k in unknown:
-            c.add(f"{key}.{k}", f"unknown role (known: {', '.join(ROLES)}, or material)")
+            c.add(f"{key}.{k}", f"unknown role (known: {', '.join(roles)}, or material)")
         if unknown:
             continue
-        roles = {k: v for k, v in decl.items() if k in ROLES}
-        bad = [k for k, v in roles.items() if not isinstance(v, str)]
+        given = {k: v for k, v in decl.items() if k in roles}
+        bad = [k for k, v in given.items() if not isinstance(v, str)]
         for k in bad:
-            c.add(f"{key}.{k}", f"expected a path string, got {roles[k]!r}")
+            c.add(f"{key}.{k}", f"expected a path string, got {given[k]!r}")
         if bad:
             continue
         if "material" in decl:
-            if roles:
+            if given:
                 c.add(f"{key}.material", "use either material = \"folder glob\" or explicit roles, not both")
                 continue
-            assets[name] = _material_assets(name, decl["material"], root, c, generated)
-        elif len(roles) == 1 and _is_glob(next(iter(roles.values()))):
-            role, pattern = next(iter(roles.items()))
+            assets[name] = _material_assets(name, decl["material"], root, c, roles, generated)
+        elif len(given) == 1 and _is_glob(next(iter(given.values()))):
+            role, pattern = next(iter(given.items()))
             insts = [Asset(f"{name}/{p.stem}", {role: p}, name)
                      for p in _matches(root, pattern, c, f"{key}.{role}", dirs=False, generated=generated)]
             _check_unique(insts, c, f"{key}.{role}")
             assets[name] = insts
         else:
             files = {}
-            for role, value in roles.items():
+            for role, value in given.items():
                 if _is_glob(value):
                     c.add(f"{key}.{role}", "globs are allowed only in single-role assets and material")
                     continue
@@ -344,22 +318,12 @@ def _load_assets(table: Any, root: Path, c: _Collector, generated: tuple[Path, .
                     c.add(f"{key}.{role}", f"input file not found: {value}")
                     continue
                 files[role] = p
-            if len(files) == len(roles):
+            if len(files) == len(given):
                 assets[name] = [Asset(name, files, name)]
-    return {name: [_with_fit_files(a) for a in insts] for name, insts in assets.items()}
+    return assets
 
 
-def _with_fit_files(asset: Asset) -> Asset:
-    """A fit spec's asset also lists the files the spec reads (shader, images) under roles
-    ``fit.*``, so they feed its task's cache key and ``--changed``."""
-    if "fit" not in asset.files:
-        return asset
-    from bakery.stages.fit.spec import referenced_files
-
-    return Asset(asset.name, {**asset.files, **referenced_files(asset.files["fit"])}, asset.declared_as)
-
-
-def _material_assets(name: str, pattern: Any, root: Path, c: _Collector,
+def _material_assets(name: str, pattern: Any, root: Path, c: _Collector, roles: tuple[str, ...],
                      generated: tuple[Path, ...] = ()) -> list[Asset]:
     key = f"assets.{name}.material"
     if not isinstance(pattern, str):
@@ -368,12 +332,12 @@ def _material_assets(name: str, pattern: Any, root: Path, c: _Collector,
     insts = []
     for d in _matches(root, pattern, c, key, dirs=True, generated=generated):
         try:
-            files = role_files(d, ROLES)
+            files = role_files(d, roles)
         except UsageError as e:
             c.add(key, e.message)
             continue
         if not files:
-            c.add(key, f"folder {display_path(d)} holds no texture named by a role ({', '.join(ROLES)})")
+            c.add(key, f"folder {display_path(d)} holds no texture named by a role ({', '.join(roles)})")
             continue
         inst_name = f"{name}/{d.name}" if _is_glob(pattern) else name
         insts.append(Asset(inst_name, files, name))

@@ -21,6 +21,7 @@ from bakery.errors import UsageError
 from bakery.pipeline.cache import Cache, output_matches
 from bakery.pipeline.config import Pipeline, display_path
 from bakery.pipeline.gates import first_failure
+from bakery.pipeline.graph import build_tasks, source_files
 from bakery.pipeline.html_report import HTML_REPORT_NAME, task_dirs, write_html_report
 from bakery.pipeline.lock import OutputLock
 from bakery.pipeline.ownership import claim_bake_folders
@@ -110,7 +111,7 @@ class Executor:
         report = BakeReport(pipeline=display_path(self.pipe.path), out=display_path(self.pipe.out),
                             dry_run=self.opts.dry_run)
         if self.opts.changed is not None:
-            known = self.pipe.input_files() | {self.pipe.path.resolve()}
+            known = source_files(build_tasks(self.pipe)) | {self.pipe.path.resolve()}
             unused = [str(p) for p in self.opts.changed if Path(p).resolve() not in known]
             if unused:
                 report.notes.append(f"--changed: {len(unused)} file(s) feed no task: {', '.join(unused[:5])}")

@@ -55,11 +55,14 @@ def _input_tasks(pipe: Pipeline, st: StageDecl, inp: str, by_stage: dict[str, li
     if inp.startswith(STAGE_REF):
         return {t.asset: TaskInput(t.asset, upstream=t.id) for t in by_stage[inp[len(STAGE_REF):]]}
     # A material folder may hold files this stage does not read (masks, notes): the
-    # stage sees only its roles, and only they feed the cache key.
-    # A role "fit.shader" belongs to "fit" (the files a fit spec reads).
-    accepted = set(st.stage_cls.input_roles)
-    return {a.name: TaskInput(a.name, {r: p for r, p in a.files.items() if r.split(".")[0] in accepted})
-            for a in pipe.assets[inp]}
+    # stage sees only its roles, and only they feed the cache key, with the files those
+    # refer to (a fit spec's shader and images: Stage.referenced_files).
+    cls = st.stage_cls
+    tasks = {}
+    for a in pipe.assets[inp]:
+        own = {r: p for r, p in a.files.items() if r in cls.input_roles}
+        tasks[a.name] = TaskInput(a.name, {**own, **cls.referenced_files(own)})
+    return tasks
 
 
 def _task(st: StageDecl, asset: str, inputs: list[TaskInput]) -> Task:
@@ -99,6 +102,11 @@ def build_tasks(pipe: Pipeline) -> list[Task]:
         by_stage[name] = sorted(mine.values(), key=lambda t: t.asset)
         tasks.extend(by_stage[name])
     return tasks
+
+
+def source_files(tasks: Iterable[Task]) -> set[Path]:
+    """Every source file some task reads (what ``--changed`` can name)."""
+    return {p for t in tasks for p in t.files.values()}
 
 
 def with_upstream(tasks: Sequence[Task], chosen: Iterable[str]) -> set[str]:

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from bakery.errors import BakeryError, UsageError
+from bakery.errors import BakeryError, UsageError, display_path
 
 #: The one file that marks a folder as a bakery bundle (docs/FORMAT.md).
 MANIFEST_NAME = "manifest.json"
@@ -231,7 +231,7 @@ def forget_report(*paths: Path | None) -> None:
 
 # -- cache metadata -------------------------------------------------------------------
 def well_formed_sums(sums: Any) -> bool:
-    """``sums.json`` as :meth:`Cache.seal` writes it: name -> [size, sha256]."""
+    """``sums.json`` as :meth:`Cache.put` writes it: name -> [size, sha256]."""
     return isinstance(sums, dict) and all(
         isinstance(k, str) and isinstance(v, list) and len(v) == 2 and isinstance(v[0], int)
         and not isinstance(v[0], bool) and isinstance(v[1], str) for k, v in sums.items())
@@ -272,8 +272,6 @@ def filesystem_error(e: OSError) -> FilesystemError:
     what = e.strerror or type(e).__name__
     if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         what += " (disk full or file size limit)"
-    from bakery.pipeline.config import display_path
-
     where = display_path(Path(os.fsdecode(e.filename))) if e.filename is not None else None
     return FilesystemError(f"file system error: {what}", where=where)
 

@@ -1,25 +1,28 @@
-"""Stage registry: stages are looked up by the ``type`` written in pipeline.toml."""
+"""Stage registry: stages are looked up by the ``type`` written in pipeline.toml.
+
+The built-in stages are found and imported on the first lookup (``builtin``); they import
+the contract from ``bakery.stages.base`` and ``bakery.stages.params``, never this module,
+so discovery and registration form no import circle. Studio plugins may import
+everything from here.
+"""
 
 from __future__ import annotations
 
 from bakery.errors import UsageError
-from bakery.stages.base import Stage, StageContext, StageInput, StageResult
+from bakery.stages.base import REGISTRY as _REGISTRY
+from bakery.stages.base import Stage, StageContext, StageInput, StageResult, register
 from bakery.stages.params import Param, resolve_params
-
-_REGISTRY: dict[str, type[Stage]] = {}
-
-
-def register(cls: type[Stage]) -> type[Stage]:
-    """Class decorator: makes a stage available under ``cls.type_name``."""
-    if not cls.type_name:
-        raise ValueError(f"{cls.__name__} has no type_name")
-    _REGISTRY[cls.type_name] = cls
-    return cls
 
 
 def known_stages() -> list[str]:
     _load_builtin()
     return sorted(_REGISTRY)
+
+
+def known_input_roles() -> list[str]:
+    """Every input role some registered stage reads, in registration order."""
+    _load_builtin()
+    return list(dict.fromkeys(r for cls in _REGISTRY.values() for r in cls.input_roles))
 
 
 def get_stage(type_name: str, *, where: str | None = None, key: str | None = "type") -> type[Stage]:
@@ -37,4 +40,4 @@ def _load_builtin() -> None:
 
 
 __all__ = ["Param", "Stage", "StageContext", "StageInput", "StageResult", "get_stage",
-           "known_stages", "register", "resolve_params"]
+           "known_input_roles", "known_stages", "register", "resolve_params"]

@@ -3,7 +3,9 @@
 A stage is a small class registered by type name (Mitsuba-style plugins). It declares
 its parameter schema (and what ``auto`` means: :attr:`Stage.presets`), a version string
 (part of every cache key) and a ``run`` that receives a :class:`StageContext` and the
-task's resolved :class:`~bakery.stages.params.Settings`. Its code needs no declaring: the cache key hashes every
+task's resolved :class:`~bakery.stages.params.Settings`; its hooks tell the pipeline what
+it cannot know about a stage (the files an asset refers to, what ``auto`` means for one
+task). Its code needs no declaring: the cache key hashes every
 Python and Slang file the stage's package reaches (bakery.pipeline.fingerprint). Stage code never opens devices or writes files by
 itself: the context hands it the device, a seeded RNG, progress, a logger and the
 output writer, so the pipeline can cache, place outputs atomically and report.
@@ -74,6 +76,18 @@ class StepProgress:
         self.ctx.progress(self.done, total=self.total)
 
 
+#: type name -> stage class; filled by :func:`register`, read through ``bakery.stages``.
+REGISTRY: dict[str, type["Stage"]] = {}
+
+
+def register(cls: type["Stage"]) -> type["Stage"]:
+    """Class decorator: makes a stage available under ``cls.type_name``."""
+    if not cls.type_name:
+        raise ValueError(f"{cls.__name__} has no type_name")
+    REGISTRY[cls.type_name] = cls
+    return cls
+
+
 class Stage:
     """Base class of every bake stage; subclasses are registered with :func:`register`."""
 
@@ -105,6 +119,15 @@ class Stage:
         params = resolve_params(cls.params, given, where=where, key_prefix=key_prefix)
         cls.check_params(params, where=where, key_prefix=key_prefix)
         return params
+
+    @classmethod
+    def referenced_files(cls, files: Mapping[str, Path]) -> dict[str, Path]:
+        """Files this asset reads besides its own ``files``, by role (``ROLE.NAME``): a fit
+        spec's shader and images. The pipeline hashes them into the task's key, matches
+        ``--changed`` against them and hands them to ``run`` with the asset's own. Read
+        while planning, so a file that does not load refers to nothing (its task then
+        fails and says why). None by default."""
+        return {}
 
     @classmethod
     def check_params(cls, params: Mapping[str, Any], *, where: str | None = None, key_prefix: str = "params") -> None:

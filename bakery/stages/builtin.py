@@ -3,9 +3,8 @@ a new stage is one new folder, with no list to edit."""
 
 import importlib
 import pkgutil
+from pathlib import Path
 
-import bakery.stages as _stages
-
-for _info in sorted(pkgutil.iter_modules(_stages.__path__), key=lambda i: i.name):
+for _info in sorted(pkgutil.iter_modules([str(Path(__file__).parent)]), key=lambda i: i.name):
     if _info.ispkg:
         importlib.import_module(f"bakery.stages.{_info.name}")

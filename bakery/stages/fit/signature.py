@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from bakery.errors import TaskError
+from bakery.errors import TaskError, display_path
 from bakery.stages.fit.spec import FitSpec, SpecError
 
 _FLOAT = re.compile(r"^(?:float|vector<float,\s*([1-4])>|float([1-4]))$")
@@ -69,16 +69,10 @@ def compile_error(spec: FitSpec, e: Exception) -> TaskError:
     caret = re.search(r"\^+\s+(.+)", text)
     if not head:
         first = next((l for l in text.splitlines() if l.strip() and not l.startswith("Failed to load")), text)
-        return TaskError(f"Slang compile error: {first.strip()}", where=_display(spec.shader))
+        return TaskError(f"Slang compile error: {first.strip()}", where=display_path(spec.shader))
     message = caret.group(1).strip() if caret else head.group(2).strip()
-    where = f"{_display(Path(loc.group(1)))}:{loc.group(2)}:{loc.group(3)}" if loc else _display(spec.shader)
+    where = f"{display_path(Path(loc.group(1)))}:{loc.group(2)}:{loc.group(3)}" if loc else display_path(spec.shader)
     return TaskError(f"error[{head.group(1)}]: {message}", where=where)
-
-
-def _display(p: Path) -> str:
-    from bakery.pipeline.config import display_path
-
-    return display_path(p)
 
 
 def reflect(device, spec: FitSpec) -> Signature:

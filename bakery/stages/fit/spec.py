@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bakery.errors import UsageError
+from bakery.errors import ConfigError, UsageError, display_path
 from bakery.nn.optimizers import OPTIMIZERS, SCHEDULES
-from bakery.pipeline.config import ConfigError
 from bakery.pipeline.sourcemap import SourceMap
 
 LOSSES = ("l2", "l1")
@@ -83,7 +82,7 @@ class FitSpec:
     def where(self, key: str) -> str:
         """``file:line`` of ``key`` (a dotted path such as ``args.amount``)."""
         line = self.source.line_of(key) if self.source else None
-        return f"{_display(self.path)}:{line or 1}"
+        return f"{display_path(self.path)}:{line or 1}"
 
     def error(self, key: str, message: str) -> str:
         return UsageError(message, where=self.where(key), key=key).one_line()
@@ -100,19 +99,13 @@ class FitSpec:
         return found
 
 
-def _display(p: Path) -> str:
-    from bakery.pipeline.config import display_path
-
-    return display_path(p)
-
-
 class _Reader:
     def __init__(self, path: Path, source: SourceMap):
         self.path, self.source, self.lines = path, source, []
 
     def add(self, key: str, message: str) -> None:
         line = self.source.line_of(key) or 1
-        self.lines.append(UsageError(message, where=f"{_display(self.path)}:{line}", key=key).one_line())
+        self.lines.append(UsageError(message, where=f"{display_path(self.path)}:{line}", key=key).one_line())
 
     def file(self, key: str, value: Any) -> Path | None:
         if not isinstance(value, str) or not value:
@@ -151,16 +144,14 @@ def load_spec(path: str | Path) -> FitSpec:
     """Reads and checks a fit spec; raises :class:`SpecError` listing every problem."""
     path = Path(path).resolve()
     if not path.is_file():
-        raise SpecError([f"{_display(path)}:1: fit: file not found"])
+        raise SpecError([f"{display_path(path)}:1: fit: file not found"])
     try:
         text = path.read_text(encoding="utf-8")
         doc = tomllib.loads(text)
     except UnicodeDecodeError as e:
-        raise SpecError([f"{_display(path)}:1: fit: not UTF-8 text (byte {e.start})"]) from None
+        raise SpecError([f"{display_path(path)}:1: fit: not UTF-8 text (byte {e.start})"]) from None
     except tomllib.TOMLDecodeError as e:
-        from bakery.pipeline.config import _syntax_error
-
-        raise SpecError(_syntax_error(path, e).lines) from None
+        raise SpecError(ConfigError.from_toml(path, e).lines) from None
     r = _Reader(path, SourceMap(text))
     for k in doc:
         if k not in _TOP_KEYS:

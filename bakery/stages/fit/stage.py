@@ -21,12 +21,12 @@ from bakery.imaging import psnr
 from bakery.nn.optimizers import OPTIMIZERS, AdamW
 from bakery.nn.trainer import TrainConfig, Trainer
 from bakery.progress import TrainingProgress
-from bakery.stages import Param, Stage, StageResult, register
+from bakery.stages.base import Stage, StageResult, register
 from bakery.stages.fit.objective import ShaderFit
 from bakery.stages.fit.plot import convergence_png
 from bakery.stages.fit.signature import check_bindings, compile_error, reflect
-from bakery.stages.fit.spec import FitSpec, SpecError, load_spec
-from bakery.stages.params import AUTO, QUALITY, Presets
+from bakery.stages.fit.spec import FitSpec, SpecError, load_spec, referenced_files
+from bakery.stages.params import AUTO, QUALITY, Param, Presets
 
 #: The difference image shows |render - reference| times this, so small errors are visible.
 DIFFERENCE_GAIN = 4.0
@@ -93,6 +93,11 @@ class Fit(Stage):
         Param("steps", int, AUTO, "optimisation steps; auto: the spec's fit.steps, else the quality preset",
               min=1, max=10_000_000),
     )
+
+    @classmethod
+    def referenced_files(cls, files) -> dict:
+        """The spec's shader, reference and bound images (roles ``fit.*``)."""
+        return referenced_files(files["fit"])
 
     @classmethod
     def resolve_auto(cls, params, *, device_class, files) -> dict:

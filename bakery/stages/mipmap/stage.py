@@ -15,9 +15,8 @@ import numpy as np
 from bakery.imaging import psnr_from_mse
 from bakery.nn.optimizers import Adam
 from bakery.nn.trainer import TrainConfig, Trainer
-from bakery.stages import Param, Stage, StageResult, register
-from bakery.stages.base import StepProgress
-from bakery.stages.params import AUTO, QUALITY, Presets
+from bakery.stages.base import Stage, StageResult, StepProgress, register
+from bakery.stages.params import AUTO, QUALITY, Param, Presets
 from bakery.stages.mipmap.chain import MipChain
 from bakery.stages.mipmap.material import load_mip_material
 from bakery.stages.mipmap.objective import STARTS, MipFit

@@ -19,14 +19,14 @@ from bakery.nn.optimizers import SCHEDULES, Adam
 from bakery.nn.trainer import TrainConfig, Trainer
 from bakery.progress import TrainingProgress
 from bakery.shading.layered import QUADRATURES, LayerConstants
-from bakery.stages import Param, Stage, StageResult, register
 from bakery.stages.neural_material.evaluate import FLIP_CROP, flip_mean, preview, psnr_pooled
 from bakery.stages.neural_material.finetune import LatentFinetune, finetune_latents
 from bakery.stages.neural_material.material import mip_chain, material_params
 from bakery.stages.neural_material.objective import (DIRECTIONS, LOSSES, NORMAL_EPS, OUTPUT_GAIN,
                                                      MaterialDistillation, held_out_directions, make_stack)
 from bakery.stages.neural_material.shader import generate_material_eval
-from bakery.stages.params import AUTO, QUALITY, Presets
+from bakery.stages.base import Stage, StageResult, register
+from bakery.stages.params import AUTO, QUALITY, Param, Presets
 from bakery.materials import ROLES
 
 #: What ``auto`` means. CPU (lavapipe, 2 shared cores, bricks 256^2, warm caches): training

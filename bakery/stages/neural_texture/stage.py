@@ -20,8 +20,8 @@ from bakery.nn.optimizers import SCHEDULES, Adam
 from bakery.stages.neural_texture.objective import LOSSES, TextureFit
 from bakery.nn.trainer import TrainConfig, Trainer
 from bakery.progress import TrainingProgress
-from bakery.stages import Param, Stage, StageResult, register
-from bakery.stages.params import AUTO, QUALITY, Presets
+from bakery.stages.base import Stage, StageResult, register
+from bakery.stages.params import AUTO, QUALITY, Param, Presets
 
 #: Convergence-curve points per run (each decodes the whole image once).
 CURVE_POINTS = 16

@@ -17,14 +17,14 @@ from bakery.errors import UsageError
 from bakery.formats.images import image_size
 from bakery.imaging import set_psnr
 from bakery.materials import ROLES, load_material
-from bakery.stages import Param, Stage, StageResult, register
+from bakery.stages.base import Stage, StageResult, register
 from bakery.stages.ntc import bc4, packing
 from bakery.stages.ntc.manifest import ntc_section
 from bakery.stages.ntc.rate import choose, ladder
 from bakery.stages.ntc.shader import LANGUAGES, generate_ntc_decoder
 from bakery.stages.ntc.texture_set import LATENT_BITS, LATENT_MODES
 from bakery.stages.ntc.training import SetTraining
-from bakery.stages.params import AUTO, QUALITY, Presets
+from bakery.stages.params import AUTO, QUALITY, Param, Presets
 
 #: What ``auto`` means. At ``production`` the CPU (lavapipe) row keeps a 256^2 set under a
 #: minute (32 s warm, 42 s with cold Slang and Mesa caches, on a shared 2-core machine), the

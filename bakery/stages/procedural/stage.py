@@ -19,8 +19,8 @@ from bakery.baselines.resample import downsample_area
 from bakery.errors import UsageError
 from bakery.formats.images import encode_png, load_image
 from bakery.imaging import psnr
-from bakery.stages import Param, Stage, StageResult, register
-from bakery.stages.params import AUTO, QUALITY, Presets
+from bakery.stages.base import Stage, StageResult, register
+from bakery.stages.params import AUTO, QUALITY, Param, Presets
 from bakery.stages.procedural import codegen, texture_stats
 from bakery.stages.procedural.dsl import complexity, instructions, param_count, program_document
 from bakery.stages.procedural.fit import FitConfig
