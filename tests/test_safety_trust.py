@@ -596,3 +596,21 @@ def test_verify_ignores_publish_leftovers_whatever_they_hold(tmp_path):
     r = bakery(tmp_path, "verify", "--json", "out")
     assert json.loads(r.stdout)["ignored"] == [str(Path("out/blur/photos/a.bakery-old"))]
     assert listing(tmp_path) == before
+
+
+def test_a_full_disk_names_the_path_it_could_not_write(tmp_path):
+    import resource
+
+    make_project(tmp_path, images=("a",))
+    assert bakery(tmp_path, "bake", "pipeline.toml").returncode == 0
+    (tmp_path / "pipeline.toml").write_text(BASIC_TOML.replace("radius = 1", "radius = 2"))
+    before = listing(tmp_path, skip=("out", "cache"))
+
+    def small_disk():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (512, 512))
+
+    r = subprocess.run([sys.executable, "-m", "bakery", "bake", "pipeline.toml"], cwd=tmp_path, env=_env(),
+                       capture_output=True, text=True, timeout=120, preexec_fn=small_disk)
+    line = one_error_line(r.stderr)
+    assert r.returncode == 1 and "disk full" in line and "out/" in line.split(": file system error")[0], line
+    assert listing(tmp_path, skip=("out", "cache")) == before

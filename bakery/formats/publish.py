@@ -194,6 +194,17 @@ def write_atomic(path: Path, data: bytes) -> None:
             os.fchmod(f.fileno(), 0o666 & ~_umask())
             f.write(data)
         os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise name_path(e, path) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def name_path(e: OSError, path: Path) -> OSError:
+    """``e`` with ``path`` as its file name when the failing call gave none (a ``write``
+    that hit a full disk names no file): every file system error names its path."""
+    if e.filename is None:
+        return type(e)(e.errno, e.strerror or str(e), str(path)) if e.errno is not None else e
+    return e
