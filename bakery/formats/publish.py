@@ -30,7 +30,9 @@ def aside_path(final_dir: Path) -> Path:
 def recover(final_dir: Path) -> None:
     """Finishes or undoes a publish interrupted by a crash (idempotent)."""
     final_dir, aside = Path(final_dir), aside_path(final_dir)
-    if aside.is_symlink() or not aside.is_dir() or not bakery_written_names(aside):
+    from bakery.safe_files import is_regular
+
+    if aside.is_symlink() or not aside.is_dir() or not is_regular(aside / "manifest.json"):
         return  # not an aside bakery made (a person's folder that happens to end in the suffix)
     if final_dir.exists():
         shutil.rmtree(aside)          # the new folder landed; only the cleanup was lost
