@@ -181,6 +181,8 @@ def claim_bake_folders(out: Path, cache: Path, stages: Iterable[str]) -> None:
     parts = ("entries", "records", "device", "report")
     legacy = {name: legacy_cache_part(cache, name) for name in parts}  # before any is marked
     for name in parts:
+        if name == "device" and (cache / name).is_symlink() and (cache / name).is_dir():
+            continue  # a person's link to a shared Slang compile cache: used as is, never cleaned through
         claim_dir(cache / name, cache, adopt=lambda p, name=name: legacy[name], key="project.cache")
     check_replaceable(out / "bake-report.json", is_bake_report, key="project.out")
     check_replaceable(out / HTML_REPORT_NAME, is_html_report, key="project.out")
