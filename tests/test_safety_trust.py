@@ -614,3 +614,30 @@ def test_a_full_disk_names_the_path_it_could_not_write(tmp_path):
     line = one_error_line(r.stderr)
     assert r.returncode == 1 and "disk full" in line and "out/" in line.split(": file system error")[0], line
     assert listing(tmp_path, skip=("out", "cache")) == before
+
+
+def _rgb16_tiff(path: Path, data, compression: int = 1) -> Path:
+    """A little-endian 16-bit RGB TIFF in one strip (``compression`` 1: none)."""
+    import struct
+
+    h, w, _ = data.shape
+    pix = data.astype("<u2").tobytes()
+    tags = [(256, 4, 1, w), (257, 4, 1, h), (258, 3, 3, 8 + 2 + 10 * 12 + 4), (259, 3, 1, compression),
+            (262, 3, 1, 2), (273, 4, 1, 8 + 2 + 10 * 12 + 4 + 6), (277, 3, 1, 3), (278, 4, 1, h),
+            (279, 4, 1, len(pix)), (284, 3, 1, 1)]
+    ifd = struct.pack("<H", len(tags)) + b"".join(struct.pack("<HHII", *t) for t in tags) + struct.pack("<I", 0)
+    path.write_bytes(b"II*\x00" + struct.pack("<I", 8) + ifd + struct.pack("<HHH", 16, 16, 16) + pix)
+    return path
+
+
+def test_16_bit_colour_tiffs_keep_their_precision_or_are_refused(tmp_path):
+    import numpy as np
+
+    from bakery.errors import UsageError
+    from bakery.formats.images import load_image
+
+    data = (np.arange(6 * 4 * 3, dtype=np.uint16) * 911 + 7).reshape(4, 6, 3)
+    got = load_image(_rgb16_tiff(tmp_path / "albedo.tif", data))
+    assert np.array_equal(np.round(got * 65535).astype(np.uint16), data)  # both bytes of every sample
+    with pytest.raises(UsageError, match=r"lzw\.tif: a 16-bit colour TIFF that is compressed"):
+        load_image(_rgb16_tiff(tmp_path / "lzw.tif", data, compression=5))

@@ -14,9 +14,9 @@ _MODES = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}
 #: The largest side any GPU API accepts for a 2D texture (D3D12, Vulkan's common limit):
 #: a header claiming more is a mistake or a decompression bomb, refused before decoding.
 MAX_SIDE = 16384
-#: Pillow decodes 16-bit colour PNGs to 8 bits; these raw modes keep the big-endian
-#: samples, decoded twice (high then low byte) through the same PNG unfiltering.
-_PNG16 = {"RGB;16B": "RGB", "RGBA;16B": "RGBA"}
+#: Pillow decodes 16-bit colour PNGs and uncompressed TIFFs to 8 bits; these raw modes
+#: keep the samples, decoded twice (high then low byte) through the same unfiltering.
+_PNG16 = {f"{mode};16{order}": mode for mode in ("RGB", "RGBA") for order in "BLN"}
 
 
 def load_image(path: str | Path, *, key: str | None = None) -> np.ndarray:
@@ -96,25 +96,39 @@ def _load_wide_grey(im, path: Path, key: str | None) -> np.ndarray:
 
 
 def _png16_rawmode(im) -> str | None:
-    """The raw mode of a 16-bit colour PNG (which Pillow would cut to 8 bits), else None."""
-    if im.format != "PNG" or len(im.tile) != 1:
+    """The raw mode of a 16-bit colour PNG or uncompressed TIFF (which Pillow would cut to
+    8 bits), else None. A 16-bit colour TIFF Pillow decodes otherwise (compressed) is
+    refused: its samples would lose their low byte."""
+    if im.format not in ("PNG", "TIFF") or not im.tile:
         return None
-    args = im.tile[0].args
-    raw = args[0] if isinstance(args, tuple) else args
-    return raw if raw in _PNG16 else None
+    raws = {(t.codec_name, t.args[0] if isinstance(t.args, tuple) else t.args) for t in im.tile}
+    if len(raws) == 1 and next(iter(raws)) in {("zip" if im.format == "PNG" else "raw", r) for r in _PNG16}:
+        return next(iter(raws))[1]
+    bits = im.tag_v2.get(258, (8,)) if im.format == "TIFF" else (8,)
+    if max(bits if isinstance(bits, tuple) else (bits,)) > 8 and im.mode in ("RGB", "RGBA"):
+        raise UsageError(f"a {max(bits)}-bit colour TIFF that is compressed cannot be read at full precision; "
+                         "save it uncompressed or as a 16-bit PNG", where=im.filename or None)
+    return None
 
 
 def _load_png16(path: Path) -> np.ndarray:
-    """A 16-bit RGB or RGBA PNG at full precision, as float32 in [0, 1]."""
+    """A 16-bit RGB or RGBA PNG or uncompressed TIFF at full precision, as float32 in [0, 1]."""
     from PIL import Image
 
+    import sys
+
     halves = []
-    for order in ("B", "L"):  # read as big-endian: the high bytes; as little-endian: the low ones
+    with Image.open(path) as im:
+        own = _png16_rawmode(im)[-1]
+    own = {"N": "L" if sys.byteorder == "little" else "B"}.get(own, own)
+    # decoded in the file's own byte order: the high bytes; in the other: the low ones
+    for order in (own, "L" if own == "B" else "B"):
         with Image.open(path) as im:
-            tile = im.tile[0]
-            args = tile.args
-            raw = (args[0] if isinstance(args, tuple) else args)[:-1] + order
-            im.tile = [tile._replace(args=(raw, *args[1:]) if isinstance(args, tuple) else raw)]
+            def swap(tile):
+                args = tile.args
+                raw = (args[0] if isinstance(args, tuple) else args)[:-1] + order
+                return tile._replace(args=(raw, *args[1:]) if isinstance(args, tuple) else raw)
+            im.tile = [swap(t) for t in im.tile]
             im.load()
             halves.append(np.asarray(im, dtype=np.uint16))
     a = (halves[0] << 8 | halves[1]).astype(np.float32) / 65535.0
