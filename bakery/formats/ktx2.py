@@ -206,7 +206,7 @@ def _zstd_decompressor(bad):
     def decompress(m: int, frame: bytes, ulength: int) -> bytes:
         try:
             declared = zstandard.get_frame_parameters(frame).content_size
-            if declared != ulength:   # refuse before allocating (bakery always writes the size)
+            if declared not in (ulength, zstandard.CONTENTSIZE_UNKNOWN):   # refuse before allocating
                 raise bad(f"mip {m}: zstd frame declares {declared} bytes, uncompressedByteLength is {ulength}")
             out = dctx.decompress(frame, max_output_size=ulength, allow_extra_data=False)
         except zstandard.ZstdError as e:
