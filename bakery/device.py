@@ -61,6 +61,64 @@ def default_cache_dir() -> Path:
 
 
 @dataclass(frozen=True)
+class Toolchain:
+    """Everything besides bakery's own code and the inputs that shapes a GPU bake's bytes.
+
+    In every cache key of a stage that uses a device, and in its bundle's manifest. The
+    compiler (slangpy and the Slang build inside it) decides the kernels' instructions; the
+    backend, CoopVec on or off, the adapter model and its driver decide how they run (the
+    driver compiles SPIR-V to machine code, and float sums come out as its code orders them).
+    Nothing names one GPU (no UUID, no bus slot): two identical GPUs on one driver give the
+    same bytes and share a cache. ``driver``: the driver's own version string (NVIDIA's
+    release number; Mesa's version on CPU-only machines, lavapipe). ``coopvec`` is None
+    where the backend decides it only on opening (CUDA), where adapter and driver fix it.
+    """
+
+    slangpy: str
+    slang: str
+    backend: str
+    adapter: str
+    driver: str
+    coopvec: bool | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def compiler_versions() -> tuple[str, str]:
+    """slangpy's version and the Slang compiler's build tag inside it."""
+    import slangpy as spy
+
+    return str(spy.__version__), str(getattr(spy, "SLANG_BUILD_TAG", "unknown"))
+
+
+def _nvidia_driver() -> str:
+    """The NVIDIA kernel driver's version (the CUDA backend's driver), or "unknown"."""
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+    except OSError:
+        return "unknown"
+    for word in text.split():
+        if word.count(".") >= 1 and word.replace(".", "").isdigit():
+            return word
+    return "unknown"
+
+
+def toolchain_of(backend: str, adapter: str, uuid=None, *, coopvec: bool | None) -> Toolchain:
+    """The toolchain of ``adapter`` on ``backend``; the driver read from Vulkan without
+    opening a device (bakery.vulkan_probe), or from the NVIDIA kernel driver for CUDA."""
+    from bakery import vulkan_probe
+
+    slangpy, slang = compiler_versions()
+    if backend == "cuda":
+        driver = _nvidia_driver()
+    else:
+        found = vulkan_probe.find(uuid=uuid, name=adapter)
+        driver = found.driver_info if found is not None else "unknown"
+    return Toolchain(slangpy=slangpy, slang=slang, backend=backend, adapter=adapter, driver=driver, coopvec=coopvec)
+
+
+@dataclass(frozen=True)
 class DeviceInfo:
     backend: str
     adapter: str
@@ -74,7 +132,7 @@ class DeviceInfo:
 class Device:
     """A slangpy device plus what bakery needs to know about it."""
 
-    def __init__(self, spy_device, backend: str, *, portable: bool = False):
+    def __init__(self, spy_device, backend: str, *, portable: bool = False, luid=None):
         import slangpy as spy
 
         self.spy = spy_device
@@ -94,6 +152,22 @@ class Device:
         self.dispatch_timeout = DEFAULT_DISPATCH_TIMEOUT
         self.wedged = False
         self._last_submit: int | None = None
+        self._luid = luid
+
+    @functools.cached_property
+    def toolchain(self) -> Toolchain:
+        """This device's :class:`Toolchain`, CoopVec as opened (the manifest records it; a
+        worker checks it against the one the cache key was computed for)."""
+        return toolchain_of(self.info.backend, self.info.adapter, self._luid,
+                            coopvec=None if self.info.backend == "cuda" else self.coopvec)
+
+    @functools.cached_property
+    def sm_count(self) -> int | None:
+        """Multiprocessors of this GPU, where its Vulkan driver reports them (NVIDIA)."""
+        from bakery import vulkan_probe
+
+        found = vulkan_probe.find(uuid=self._luid, name=self.info.adapter)
+        return found.sm_count if found is not None else None
 
     @property
     def device_class(self) -> str:
@@ -221,6 +295,30 @@ def probe_device_class(kind: str) -> str | None:
         return None
 
 
+def probe_toolchain(kind: str, *, portable: bool = False) -> Toolchain | None:
+    """The :class:`Toolchain` of the device :func:`open_device` would open for ``kind``,
+    found as :func:`probe_device_class` finds its class: no device is created, so planning
+    a cached re-bake opens none. None when no such device exists."""
+    dclass = probe_device_class(kind)
+    if dclass is None:
+        return None
+    backend, _, adapter = dclass.partition(":")
+    try:
+        import slangpy as spy
+
+        from bakery import vulkan_probe
+
+        if backend == "cuda":
+            return toolchain_of(backend, adapter, coopvec=None)
+        uuid = next((list(a.luid) for a in spy.Device.enumerate_adapters(spy.DeviceType.vulkan) if a.name == adapter),
+                    None)
+        found = vulkan_probe.find(uuid=uuid, name=adapter)
+        coopvec = bool(found is not None and found.cooperative_vector) and not portable
+        return toolchain_of(backend, adapter, uuid, coopvec=coopvec)
+    except Exception:  # noqa: BLE001 - as probe_device_class: nothing can be opened
+        return None
+
+
 def _create(kind: str, cache_dir: Path | None, portable: bool = False, gpu_uuid: str | None = None):
     import slangpy as spy
 
@@ -240,7 +338,7 @@ def _create(kind: str, cache_dir: Path | None, portable: bool = False, gpu_uuid:
     chosen = pick_adapter(adapters, software=kind == "software",
                           gpu_uuid=gpu_uuid if kind == "vulkan" else None)
     dev = spy.Device(adapter_luid=chosen.luid, **opts)
-    return Device(dev, "cuda" if kind == "cuda" else "vulkan", portable=portable)
+    return Device(dev, "cuda" if kind == "cuda" else "vulkan", portable=portable, luid=list(chosen.luid))
 
 
 def _cuda_driver_present() -> bool:

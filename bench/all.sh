@@ -6,7 +6,7 @@
 #   bash bench/all.sh NAME[:SECONDS] ...
 #
 # NAME: suite | mipmap | fit | procedural | train_texture | ntc | ntc_scatter | ntc_updates | ntc_touched |
-#       ntc_repeat | ntc_options | backward_anatomy | neural_material | runners | scale
+#       ntc_repeat | ntc_options | backward_anatomy | neural_material | runners | scale | determinism
 # Prepare the machine first (see README): source .device/setup.sh and install .whl/*.whl.
 set -u
 cd "$(dirname "$0")/.."
@@ -55,6 +55,8 @@ command_of() {
     neural_material) echo "python3 bench/neural_material.py --device vulkan" ;;
     runners)         echo "python3 bench/runners.py --device vulkan --jobs 2" ;;
     scale)           echo "python3 bench/scale.py --device vulkan --gpus 1" ;;
+    # the default pipeline baked twice locally (--verify-determinism) and once through Ray, byte for byte
+    determinism)     echo "python3 bench/determinism.py --device vulkan --ray --out bench/out/determinism.json" ;;
     *)               return 1 ;;
   esac
 }

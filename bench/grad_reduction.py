@@ -37,6 +37,7 @@ from bakery.nn.optimizers import Adam  # noqa: E402
 from bakery.nn.trainer import TrainConfig, Trainer  # noqa: E402
 from bakery.stages.neural_texture.objective import TextureFit  # noqa: E402
 from bench.clocks import decode_on_gpu, keep_busy  # noqa: E402
+from bench.experiments import reduction as experimental_reduction  # noqa: E402
 from bench.step_profile import profile_steps  # noqa: E402
 from bench.train_texture import float_psnr, procedural_target  # noqa: E402
 from tests.reference import batch_texels, mse_gradients, texel_uv  # noqa: E402
@@ -108,7 +109,6 @@ VARIANTS = {
     "occupancy: default, 528 training workgroups": replace(BLOCKS, max_groups=528),
     "occupancy: default, 1056 training workgroups": replace(BLOCKS, max_groups=1056),
     "occupancy: default, one tile per training workgroup": replace(BLOCKS, max_groups=1 << 16),
-    "diag: rows in blocks of 32, warp copies, swapped loads (wrong)": replace(BLOCKS, swap_loads=True),
     "diag: rows in blocks of 32, warp copies, no reduction (wrong)": R(
         group=128, mode="splitk", reduce="mma", skip_sums=True, generated_backward=True, row_block=32, row_copy=True),
     "diag: 128-thread stores, no reduction (wrong)": R(group=128, mode="splitk", reduce="mma", skip_sums=True),
@@ -151,7 +151,7 @@ def layer_errors(spec, got, ref) -> list[float]:
 
 def run_variant(a, dev, spec, target, params, ref, name, reduction) -> dict:
     if reduction is not None:
-        parameters.COOPVEC_REDUCTION = reduction
+        experimental_reduction.use(reduction)
     t_start = time.perf_counter()
     cfg = TrainConfig(steps=WARMUP + a.steps, batch=a.batch, optimizer=Adam(lr=a.lr), seed=0,
                       steps_per_submit=a.steps_per_submit)
@@ -229,7 +229,7 @@ def main() -> int:
         print(f"{r['variant']:44} {r['ms_per_step']:8.3f} {r['samples_per_s'] / 1e6:8.1f} {r['psnr_db']:6.2f}  "
               f"{gpu:27} {errs}")
     good = [r for r in rows if "error" not in r and r["reduction"] and not r["reduction"]["skip_sums"]
-            and r["reduction"]["staging"] != "none" and not r["reduction"].get("swap_loads")
+            and r["reduction"]["staging"] != "none"
             and max(r["grad_rel_err_per_layer"]) < 1e-2]
     best = min(good, key=lambda r: r["ms_per_step"]) if good else None
     if best:

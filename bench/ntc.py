@@ -60,6 +60,7 @@ from bakery.stages.ntc import weighting as margin_weighting  # noqa: E402
 from bakery.stages.ntc.stage import PRESETS  # noqa: E402
 from bakery.stages.params import preset_class  # noqa: E402
 from bench.clocks import decode_on_gpu, keep_busy  # noqa: E402
+from bench.experiments import reduction as experimental_reduction  # noqa: E402
 from bench.step_profile import profile_steps  # noqa: E402
 
 
@@ -323,7 +324,7 @@ def main() -> int:
         a.param += ["hidden=16", "layers=1"]
         a.big, a.big_steps, a.check, a.big_bpp, a.big_batch = 128, 100, 40, 16.0, 4096
     if a.reduction:
-        print(f"gradient reduction: {parameters.use_reduction(a.reduction)}")
+        print(f"gradient reduction: {experimental_reduction.use_json(a.reduction)}")
     if a.margin_rounds is not None:
         margin_weighting.MARGIN_ROUNDS = a.margin_rounds
     if a.margin_gain is not None:
@@ -337,7 +338,7 @@ def main() -> int:
           + (f"^2 at {a.big_bpp} bpp, {a.big_steps} steps, batch {a.big_batch}, cosine lr 5e-3, PSNR every "
              f"{a.check} steps" if a.big else ""), flush=True)
     reduction = ("default (bakery/nn/parameters.py default_reduction, by the decoder's widths)"
-                 if parameters.COOPVEC_REDUCTION is None else parameters.COOPVEC_REDUCTION.__dict__)
+                 if experimental_reduction.chosen() is None else experimental_reduction.chosen().__dict__)
     result = {"benchmark": "ntc", "device": dev.info.to_dict(), "tier": a.quality, "steps": a.steps,
               "batch": a.batch, "reduction": reduction if dev.coopvec else None}
     print(f"materials: {a.materials} cropped to {a.size or 'stored size'}, extra seeds {a.extra_seeds}; "

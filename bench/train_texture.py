@@ -41,6 +41,7 @@ from bakery.nn.optimizers import Adam  # noqa: E402
 from bakery.stages.neural_texture.objective import TextureFit  # noqa: E402
 from bakery.nn.trainer import TrainConfig, Trainer  # noqa: E402
 from bench.clocks import decode_on_gpu, keep_busy  # noqa: E402
+from bench.experiments import reduction as experimental_reduction  # noqa: E402
 
 WARMUP = 20
 
@@ -158,7 +159,7 @@ def main() -> int:
     if a.seeds < 1 or a.trace < 0:
         p.error("--seeds must be at least 1 and --trace at least 0")
     if a.reduction:
-        print(f"gradient reduction: {parameters.use_reduction(a.reduction)}")
+        print(f"gradient reduction: {experimental_reduction.use_json(a.reduction)}")
     if a.small:
         a.size, a.batches, a.steps, a.no_peer = 128, [4096], 20, True
 

@@ -156,6 +156,45 @@ class DeviceStage(Stage):
         return StageResult()
 
 
+@register
+class NoisyStage(Stage):
+    """Writes one file that depends only on its input and one that differs on every run
+    (as a stage summing floats in whatever order threads finish would): what
+    ``bake --verify-determinism`` must catch."""
+
+    type_name = "test_noisy"
+    version = "1"
+    uses_device = False
+
+    def run(self, ctx, inputs, params):
+        _count(self.type_name)
+        ctx.out.write_json("stable.json", {"asset": inputs[0].name})
+        ctx.out.write_bytes("noise.bin", os.urandom(16))
+        return StageResult()
+
+
+@register
+class ListStage(Stage):
+    """Reads a text file naming other files, one per line: an asset that refers to files
+    (as a fit spec does), through the ``referenced_files`` hook and a role of its own."""
+
+    type_name = "test_list"
+    version = "1"
+    uses_device = False
+    input_roles = ("list",)
+
+    @classmethod
+    def referenced_files(cls, files):
+        lines = [line.strip() for line in Path(files["list"]).read_text().splitlines() if line.strip()]
+        return {f"list.{i}": Path(files["list"]).parent / line for i, line in enumerate(lines)}
+
+    def run(self, ctx, inputs, params):
+        _count(self.type_name)
+        files = inputs[0].files
+        ctx.out.write_json("sizes.json", {r: Path(p).stat().st_size for r, p in sorted(files.items())})
+        return StageResult()
+
+
 def write_image(path: Path, seed: int = 0, size: int = 16) -> Path:
     """A small random RGB PNG."""
     from bakery.formats.images import encode_png

@@ -50,15 +50,6 @@ def test_run_neural_texture_writes_a_bundle(device, image, tmp_path):
     assert r.exit_code == 0, r.output
 
 
-def test_same_seed_same_bytes(device, image, tmp_path):
-    if device.coopvec:
-        pytest.skip("bit-exact repeatability is a portable-backend property")
-    for name in ("a", "b"):
-        assert _run("run", "neural_texture", image, "-o", tmp_path / name, "--seed", 9, *SMALL).exit_code == 0
-    for f in ("weights.bin", "manifest.json", "preview.png", "decoder.onnx", "convergence.json", "decoder.comp"):
-        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
-
-
 @pytest.mark.parametrize("case", ["missing", "unreadable", "unknown_param", "bad_value"])
 def test_bad_input_is_one_line_exit_2_nothing_written(case, image, tmp_path):
     out = tmp_path / "out"

@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bench.experiments.reduction import always
+
 from bakery.nn.encodings import FrequencyEncoding
 from bakery.nn.network import NetworkSpec
 from bakery.stages.neural_texture.objective import TextureFit
@@ -55,7 +57,7 @@ def test_coopvec_gradients_match_reference(coopvec_device, batch, reduction, mon
 
     if reduction != "slices" and not coopvec_device.spy.has_feature(spy.Feature.cooperative_matrix):
         pytest.skip("the device has no cooperative matrices")
-    monkeypatch.setattr(parameters, "COOPVEC_REDUCTION", parameters.CoopVecReduction(
+    monkeypatch.setattr(parameters, "default_reduction", always(parameters.CoopVecReduction(
         **({} if reduction == "slices" else {"mode": "splitk", "reduce": "mma"}),
         **({"group": 128, "backward": "mma"} if "tiles" in reduction else {}),
         **({"tile_accumulator": "half"} if reduction.endswith("half") else {}),
@@ -64,7 +66,7 @@ def test_coopvec_gradients_match_reference(coopvec_device, batch, reduction, mon
         **({"single_forward": False} if "two-forwards" in reduction else {}),
         **({"row_tiles": True} if "column-groups" in reduction else {}),
         transposed_copy=reduction.endswith("-copy"),
-        generated_backward=reduction.endswith("generated") or "blocks" in reduction))
+        generated_backward=reduction.endswith("generated") or "blocks" in reduction)))
     spec, params, image, obj, _ = _setup(coopvec_device, "leaky_relu")
     trainer = Trainer(coopvec_device, spec, obj, TrainConfig(batch=batch, seed=SEED), params=params)
     got = trainer.accumulate_gradients()
@@ -86,9 +88,9 @@ def test_weight_copies_follow_each_update(coopvec_device, copy, monkeypatch):
 
     if copy == "tiles" and not coopvec_device.spy.has_feature(spy.Feature.cooperative_matrix):
         pytest.skip("the device has no cooperative matrices")
-    monkeypatch.setattr(parameters, "COOPVEC_REDUCTION", parameters.CoopVecReduction(transposed_copy=True)
+    monkeypatch.setattr(parameters, "default_reduction", always(parameters.CoopVecReduction(transposed_copy=True)
                         if copy == "transposed" else
-                        parameters.CoopVecReduction(group=128, mode="splitk", reduce="mma", backward="mma"))
+                        parameters.CoopVecReduction(group=128, mode="splitk", reduce="mma", backward="mma")))
     spec, params, image, obj, _ = _setup(coopvec_device)
     trainer = Trainer(coopvec_device, spec, obj, TrainConfig(batch=BATCH, seed=SEED), params=params)
     trainer.train(3)
@@ -133,3 +135,23 @@ def test_coopvec_training_matches_portable(coopvec_device):
         scores.append(psnr(obj.decode(tr), img))
     assert scores[1] > 25.0
     assert abs(scores[0] - scores[1]) < 1.5, scores
+
+
+@pytest.mark.parametrize("batch", [1 << 18, 1000])
+def test_two_trainings_give_the_same_bits(coopvec_device, batch):
+    """Same network, target, seed and device: the same weights and Adam state bit for bit
+    after many steps at the production batch (132 reduction workgroups adding into every
+    weight at once) and at a ragged one: the fixed-point gradient sums do not depend on the
+    order the GPU finishes workgroups in."""
+    rng = np.random.default_rng(1)
+    spec = NetworkSpec(FrequencyEncoding(2, 3), (64, 64, 64), 3)
+    image = rng.random((256, 256, 3), dtype=np.float32)
+    runs = []
+    for _ in range(2):
+        tr = Trainer(coopvec_device, spec, TextureFit(coopvec_device, image),
+                     TrainConfig(steps=60, batch=batch, seed=SEED), params=spec.init_params(2))
+        tr.train(60)
+        runs.append((tr.store.download(), *tr.store.optimizer_state()))
+    assert not np.array_equal(runs[0][0], spec.init_params(2))  # it trained
+    for name, a, b in zip(("weights", "adam m", "adam v"), *runs):
+        assert a.tobytes() == b.tobytes(), name

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bench.experiments.reduction import always
+
 from bakery.nn import parameters
 from bakery.nn.encodings import FrequencyEncoding
 from bakery.nn.network import NetworkSpec
@@ -60,11 +62,11 @@ def _material(dev):
                          ids=["neural_texture", "ntc", "ntc_patches", "ntc_patches_shuffle", "neural_material"])
 def test_training_program_builds_for_coopvec(coopvec_stand_in, job, backward, monkeypatch):
     if backward != "default":
-        monkeypatch.setattr(parameters, "COOPVEC_REDUCTION", parameters.CoopVecReduction(
+        monkeypatch.setattr(parameters, "default_reduction", always(parameters.CoopVecReduction(
             group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2,
             backward="mma" if backward == "mma" else "coopvec",
             **({"generated_backward": True} if backward in ("thread-stores", "two-forwards") else {}),
-            single_forward=backward != "two-forwards"))
+            single_forward=backward != "two-forwards")))
     spec, objective = job(coopvec_stand_in)
     trainer = Trainer(coopvec_stand_in, spec, objective, TrainConfig(steps=1, batch=1024))
     assert trainer.store.coopvec and trainer._reduce is not None  # split-K: its sum kernel built too

@@ -12,7 +12,7 @@ import pytest
 from bakery.nn.codegen import program_source
 from bakery.nn.encodings import FrequencyEncoding, IdentityEncoding
 from bakery.nn.network import NetworkSpec
-from bakery.nn.parameters import CoopVecReduction, ParameterStore, make_buffer
+from bakery.nn.parameters import FIXED_POINT_SCALE, CoopVecReduction, ParameterStore, make_buffer
 from bakery.nn.stack import NetworkStack
 from tests.test_coopvec_layout import _FakeDevice
 
@@ -65,14 +65,14 @@ def test_split_k_reduction_matches_numpy(device, group, groups, unroll, reduce, 
         f"grad_reduce_test_{group}_{unroll}_{reduce}_{out_tiles}_{block}_{stacked}", source)
     kernel = device.spy.create_compute_kernel(
         device.spy.link_program([module], [module.entry_point("bk_reduce_gradients")]))
-    grads = make_buffer(device, np.zeros(spec.param_count, np.float32))
+    grads = make_buffer(device, np.zeros(spec.param_count, np.int64))  # fixed point (nn/fixed_point.slang)
     state = make_buffer(device, np.array([1.0, 1.0, 0.0, 0.0], np.float32))
     bufs = {"g_acts": make_buffer(device, store.device_rows(rows)), "g_grad_parts": grads, "g_loss_state": state,
             "g_weights16": make_buffer(device, np.zeros(16, np.uint8))}
     device.submit(lambda enc: kernel.dispatch([groups * group, len(spec.layers), 1], vars=bufs,
                                               command_encoder=enc, batch=batch, groups=groups))
     device.wait()
-    got = grads.to_numpy().view(np.float32)[: spec.param_count]
+    got = grads.to_numpy().view(np.int64)[: spec.param_count] / FIXED_POINT_SCALE
     for l, x, dy in zip(spec.layers, xs, dys):
         np.testing.assert_allclose(got[l.weight_offset:l.bias_offset].reshape(l.n_out, l.n_in), dy.T @ x,
                                    rtol=1e-4, atol=2e-3)

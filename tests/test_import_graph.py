@@ -118,3 +118,31 @@ def test_the_pipeline_names_no_stage():
              for dep in deps if any(dep == s or dep.startswith(s + ".") for s in stages)}
     assert named == set()
     assert "bakery.stages.fit.spec" in import_graph()["bakery.stages.fit.stage"]  # the check can see a stage
+
+
+
+def _imported_at_load(tree: ast.AST) -> set[str]:
+    """Top-level packages a module imports when it loads: its statements, also under
+    if/try/with and class bodies, but not inside functions."""
+    found, scopes = set(), [tree]
+    while scopes:
+        for node in ast.iter_child_nodes(scopes.pop()):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            if isinstance(node, ast.Import):
+                found.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                found.add((node.module or "").split(".")[0])
+            else:
+                scopes.append(node)
+    return found
+
+
+def test_formats_and_nn_load_without_a_gpu_stack():
+    """No module of bakery/formats/ or bakery/nn/ imports slangpy when it loads (engine
+    scripts read bundles with numpy alone); a function that takes a device may."""
+    snippet = "import numpy\ntry:\n    import slangpy as spy\nexcept ImportError:\n    pass\ndef f():\n    import torch\n"
+    assert _imported_at_load(ast.parse(snippet)) == {"numpy", "slangpy"}
+    at_load = [name for name, path in _modules().items() if name.startswith(("bakery.formats", "bakery.nn"))
+               and "slangpy" in _imported_at_load(ast.parse(path.read_text(encoding="utf-8")))]
+    assert at_load == []

@@ -11,7 +11,7 @@ import numpy as np
 from bakery.nn.encodings import FrequencyEncoding
 from bakery.nn.network import NetworkSpec
 from bakery.nn.optimizers import Adam
-from bakery.nn.parameters import CoopVecReduction, ParameterStore, make_buffer
+from bakery.nn.parameters import FIXED_POINT_SCALE, CoopVecReduction, ParameterStore, make_buffer
 from tests.test_coopvec_layout import _FakeDevice
 
 
@@ -33,7 +33,7 @@ def test_adam_step_runs_the_loss_scale_step_in_its_last_workgroup(device):
                 "g_half_owner": make_buffer(device, store.half_owner.to_numpy()),
                 "g_adam_m": make_buffer(device, np.zeros(n, np.float32)),
                 "g_adam_v": make_buffer(device, np.zeros(n, np.float32)),
-                "g_grad_parts": make_buffer(device, np.zeros(n, np.float32)),
+                "g_grad_parts": make_buffer(device, np.zeros(n, np.int64)),
                 "g_weights16": make_buffer(device, np.zeros(store.weights16.size, np.uint8)),
                 "g_loss_state": make_buffer(device, np.array([1024.0, 1024.0 * 4096, 0.0, 0.0], np.float32)),
                 "g_adam_done": make_buffer(device, np.zeros(1, np.uint32))}
@@ -42,7 +42,7 @@ def test_adam_step_runs_the_loss_scale_step_in_its_last_workgroup(device):
     opt, scaling = Adam(lr=1e-2), dict(norm=4096.0, interval=2.0, max_scale=65536.0)
     scales = []
     for step in range(1, 6):
-        grads = rng.normal(0, 1e3, n).astype(np.float32)
+        grads = np.round(rng.normal(0, 1e-3, n) * FIXED_POINT_SCALE).astype(np.int64)  # split-K: fixed point
         for s in (two, one):
             s["g_grad_parts"].copy_from_numpy(grads)
             if step == 3:  # this step's gradient overflowed fp16: skipped, scale halved

@@ -190,30 +190,18 @@ def bundle(tmp_path_factory, device, request):
     mat = _material(root / "bricks")
     out = root / "out"
     r = _run("run", "neural_material", mat, "-o", out, "--seed", 2, *SMALL, "--param", "quality=preview",
-             "--param", f"directions={request.param}", "--param", "finetune_steps=50")
+             "--param", f"directions={request.param}", "--param", "finetune_steps=50", "--param", "time_points=4096")
     assert r.exit_code == 0, r.output
     return mat, out, json.loads((out / "manifest.json").read_text())
 
 
-def test_auto_params_resolve_per_quality_and_are_recorded(bundle, device):
+def test_gpu_production_budget_and_no_wall_time_in_the_bundle(bundle):
+    """What ``auto`` means and that the manifest records it: tests/test_stage_contract.py."""
     from bakery.stages.neural_material.stage import PRESETS
 
-    for dclass in ("cpu", "gpu"):
-        tiers = [PRESETS.table[dclass][q] for q in ("preview", "production", "final")]
-        budgets = [t["steps"] * t["batch"] for t in tiers]
-        assert budgets[0] < budgets[1] < budgets[2]
     gpu = PRESETS.table["gpu"]["production"]
     assert (gpu["steps"], gpu["batch"]) == (40000, 1 << 16)  # ~40 s on an H200 (issue 13's budget)
-    _, _, m = bundle
-    rp = m["resolved_params"]
-    dclass = "cpu" if device.info.software else "gpu"
-    assert (rp["device_class"], rp["quality"], rp["auto"]) == (dclass, "preview", ["lr"])
-    assert rp["values"]["lr"] == PRESETS.table[dclass]["preview"]["lr"]
-    assert (rp["values"]["steps"], rp["values"]["batch"], rp["values"]["hidden"]) == (300, 1024, 32)  # explicit wins
-    training = m["neural_material"]["training"]
-    assert (training["device_class"], training["quality"], training["steps"]) == (dclass, "preview", 300)
-    assert "seconds" not in training  # wall time goes to the log, not the bundle
-    assert m["params"]["lr"] == "auto"
+    assert "seconds" not in bundle[2]["neural_material"]["training"]  # wall time goes to the log, not the bundle
 
 
 def test_student_beats_a_constant_predictor(bundle, device):
@@ -308,19 +296,6 @@ void main(uint3 tid: SV_DispatchThreadID)
     device.wait()
     got = result.to_numpy().view(np.float32)[:256 * 3].reshape(256, 3)
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol / 10)
-
-
-def test_same_seed_gives_the_same_bytes(tmp_path, device):
-    if device.coopvec:
-        pytest.skip("bit-exact repeatability is a portable-backend property")
-    mat = _material(tmp_path / "m", size=16)
-    tiny = ["--param", "steps=20", "--param", "batch=256", "--param", "hidden=8", "--param", "encoder_hidden=8",
-            "--param", "eval_directions=2", "--param", "finetune_steps=5", "--seed", 5]
-    for k in (1, 2):
-        r = _run("run", "neural_material", mat, "-o", tmp_path / f"o{k}", *tiny)
-        assert r.exit_code == 0, r.output
-    for name in ("weights.bin", "encoder.bin", "latents.dds", "material_eval.slang", "manifest.json"):
-        assert (tmp_path / "o1" / name).read_bytes() == (tmp_path / "o2" / name).read_bytes(), name
 
 
 @pytest.mark.parametrize("case, message", [

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from bench.experiments.reduction import always
 from click.testing import CliRunner
 
 from bakery.cli import main
@@ -56,29 +58,14 @@ def bundle(tmp_path_factory, device):
     return mat, out
 
 
-def test_auto_params_resolve_per_quality_and_are_recorded(bundle, device):
+def test_margin_weighting_is_automatic_on_a_gpu_only():
+    """What ``auto`` means and that the manifest records it: tests/test_stage_contract.py."""
     from bakery.stages.ntc.stage import PRESETS
 
-    for dclass in ("cpu", "gpu"):
-        tiers = [PRESETS.table[dclass][q] for q in ("preview", "production", "final")]
-        budgets = [t["steps"] * t["batch"] for t in tiers]
-        assert budgets[0] < budgets[1] < budgets[2]
-    m = json.loads((bundle[1] / "manifest.json").read_text())
-    rp = m["resolved_params"]
-    dclass = "cpu" if device.info.software else "gpu"
-    assert (rp["device_class"], rp["quality"], rp["auto"]) == (dclass, "preview",
-                                                              ["bc_refresh", "latent_updates", "patches"])
-    # a 64^2 set is under COHERENT_FROM: independent texels, dense updates on every device
-    assert (rp["values"]["patches"], rp["values"]["latent_updates"]) == (False, "dense")
-    assert rp["values"]["bc_refresh"] == PRESETS.table[dclass]["preview"]["bc_refresh"]
-    assert rp["values"]["weighting"] == "uniform"      # SMALL pins it
-    for kind, expect in (("cpu", "uniform"), ("gpu", "margin")):   # auto: margin weighting on a GPU only
+    for kind, expect in (("cpu", "uniform"), ("gpu", "margin")):
         for quality in ("preview", "production", "final"):
             resolved = PRESETS.resolve({"weighting": "auto", "quality": quality}, device_class=kind, size=256 * 256)
             assert resolved["weighting"] == expect, (kind, quality)
-    assert (rp["values"]["steps"], rp["values"]["batch"], rp["values"]["hidden"]) == (200, 4096, 16)  # explicit wins
-    training = m["ntc"]["training"]
-    assert (training["device_class"], training["quality"], training["steps"]) == (dclass, "preview", 200)
 
 
 def test_rate_is_the_bytes_of_the_gpu_resident_files(bundle):
@@ -323,25 +310,6 @@ def _glslang_compile(out: Path, lang: str, tmp_path: Path) -> None:
 def test_generated_decoders_compile_with_glslang(bundle, tmp_path, lang):
     """Khronos' reference compiler takes the GLSL and HLSL decoders as they are written."""
     _glslang_compile(bundle[1], lang, tmp_path)
-
-
-@pytest.mark.parametrize("weighting", ["uniform", "margin"])
-def test_deterministic_bytes(tmp_path, device, weighting):
-    """Same inputs, seed and device: the same latents and weights, byte for byte (margin
-    weighting's pauses steer by decodes that repeat exactly too)."""
-    if device.coopvec:
-        pytest.skip("bit-exact repeatability is a portable-backend property")
-    mat = _material(tmp_path / "m", 32)
-    outs = []
-    for k in range(2):
-        out = tmp_path / f"o{k}"
-        r = _run("run", "ntc", mat, "-o", out, "--seed", 5, "--param", "steps=20", "--param", "bpp=18",
-                 "--param", "batch=1024", "--param", "hidden=16", "--param", "layers=1", "--param", "baseline=false",
-                 "--param", f"weighting={weighting}")
-        assert r.exit_code == 0, r.output
-        outs.append(out)
-    for name in ("latents.bin", "weights.bin"):
-        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
 
 
 @pytest.mark.parametrize("case", ["sizes", "bpp_range", "too_low_bpp", "unknown_role", "unreadable", "zero_steps",
@@ -745,7 +713,7 @@ def test_one_forward_gives_the_latents_two_gave(coopvec_device, monkeypatch):
         pytest.skip("the device's default backward pass is not generated (no cooperative matrices)")
 
     def latents_after_a_step(single: bool) -> np.ndarray:
-        monkeypatch.setattr(parameters, "COOPVEC_REDUCTION", replace(base, single_forward=single))
+        monkeypatch.setattr(parameters, "default_reduction", always(replace(base, single_forward=single)))
         obj = LatentTextureFit(coopvec_device, image, point.grid, normal_channel=mat.normal_channel)
         tr = Trainer(coopvec_device, point.network, obj, TrainConfig(steps=1, batch=1000, optimizer=Adam(lr=5e-3),
                                                                      seed=4))

@@ -202,12 +202,16 @@ def test_device_stage_opens_device_once(project, monkeypatch):
         def to_dict(self):
             return {"backend": "vulkan", "adapter": "fake", "cooperative_vector": False, "software": True}
 
+    from bakery.device import Toolchain
+
     class Dev:
         info, device_class = Info(), "fake:portable"
+        toolchain = Toolchain("0", "0", "vulkan", "fake", "1.0", False)
 
     calls = []
     monkeypatch.setattr("bakery.device.open_device", lambda kind, cache_dir=None: calls.append(kind) or Dev())
     monkeypatch.setattr("bakery.device.probe_device_class", lambda kind: "fake:portable")
+    monkeypatch.setattr("bakery.device.probe_toolchain", lambda kind: Dev.toolchain)
     (project / "pipeline.toml").write_text(BASIC_TOML + '\n[stages.dev]\ntype = "test_device"\ninputs = ["photos"]\n')
     bake("--device", "software")
     assert calls == ["software"]

@@ -144,6 +144,46 @@ def test_an_unreadable_input_the_presets_read_fails_its_task_only(project, monke
     assert not specs["photos/a"].error and specs["photos/a"].key
 
 
+LIST_TOML = """\
+[project]
+out = "out"
+cache = "cache"
+plugins = ["pipeline_helpers"]
+
+[assets.lists]
+list = "src/*.txt"
+
+[stages.sizes]
+type = "test_list"
+inputs = ["lists"]
+"""
+
+
+def test_files_an_asset_refers_to_come_from_its_stage(tmp_path, monkeypatch):
+    """A plugin stage brings its own role and the files its asset refers to: they feed
+    the task's key, --changed and the stage's inputs, with no line of pipeline/ naming it."""
+    from bakery.pipeline.graph import build_tasks, select_tasks
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "one.txt").write_text("data/a.bin\n")
+    (tmp_path / "src" / "data").mkdir()
+    (tmp_path / "src" / "data" / "a.bin").write_bytes(b"12345")
+    (tmp_path / "pipeline.toml").write_text(LIST_TOML)
+    pipe = load_pipeline(tmp_path / "pipeline.toml")
+    (spec,) = plan(pipe)
+    assert spec.inputs[0].files == {"list": str(tmp_path / "src" / "one.txt"),
+                                    "list.0": str(tmp_path / "src" / "data" / "a.bin")}
+    changed = select_tasks(pipe, build_tasks(pipe), changed=[tmp_path / "src" / "data" / "a.bin"])
+    assert [t.id for t in changed] == ["sizes/lists/one"]
+    (tmp_path / "src" / "data" / "a.bin").write_bytes(b"123456")
+    assert plan(pipe)[0].key != spec.key
+    r = CliRunner().invoke(bake_cmd, ["pipeline.toml"])
+    assert r.exit_code == 0, r.output
+    sizes = json.loads((tmp_path / "out" / "sizes" / "lists" / "one" / "sizes.json").read_text())
+    assert sizes == {"list": 11, "list.0": 6}
+
+
 def _subprocess_env(**extra: str) -> dict:
     """This environment with the checkout and tests/ first on PYTHONPATH; what was there
     stays (on the GPU machine .device/setup.sh puts slangpy and the carried wheels there)."""

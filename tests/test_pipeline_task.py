@@ -61,8 +61,11 @@ def test_device_recorded_only_when_opened(tmp_path):
         def to_dict(self):
             return {"backend": "vulkan", "adapter": "fake", "cooperative_vector": False, "software": True}
 
+    from bakery.device import Toolchain
+
     class Dev:
         info, device_class = Info(), "fake-class"
+        toolchain = Toolchain("0", "0", "vulkan", "fake", "1.0", False)
 
     opened = []
 
@@ -72,10 +75,10 @@ def test_device_recorded_only_when_opened(tmp_path):
 
     m = _run(DeviceStage, _inputs(tmp_path), {}, seed=0, device_provider=provider,
                  out_dir=tmp_path / "d", log=LOG)
-    assert m["device"]["adapter"] == "fake" and opened == [1]
+    assert m["device"]["adapter"] == "fake" and m["toolchain"]["driver"] == "1.0" and opened == [1]
     m = _run(BlurStage, _inputs(tmp_path), {}, seed=0, device_provider=provider,
-                 out_dir=tmp_path / "b", log=LOG)
-    assert m["device"] is None and opened == [1]
+             out_dir=tmp_path / "b", log=LOG)
+    assert m["device"] is None and m["toolchain"] is None and opened == [1]
 
 
 def test_a_device_of_another_class_than_the_settings_were_resolved_for_is_refused(tmp_path):
@@ -95,10 +98,13 @@ def test_a_device_of_another_class_than_the_settings_were_resolved_for_is_refuse
             ctx.out.write_json("steps.json", {"steps": params["steps"]})
             return StageResult()
 
+    from bakery.device import Toolchain
+
     class Dev:
         def __init__(self, adapter):
             self.device_class = f"vulkan:{adapter}"
             self.info = type("Info", (), {"to_dict": lambda self: {"adapter": adapter}})()
+            self.toolchain = Toolchain("0", "0", "vulkan", adapter, "1.0", False)
 
     settings = settings_for(Sized, {}, _inputs(tmp_path), device_class="vulkan:llvmpipe (LLVM 15)")
     assert (settings["steps"], settings.device_class, settings.auto) == (3, "cpu", ["steps"])

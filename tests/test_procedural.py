@@ -200,39 +200,6 @@ def test_known_programs_are_recovered(device, tmp_path, name):
     assert all(a["loss"] > b["loss"] for a, b in zip(front, front[1:]))
 
 
-def test_same_seed_gives_the_same_bytes(device, tmp_path):
-    target = render_shader(device, program(GENERATORS["checker_ramp"]), SIZE, SIZE)
-    img = write_png(tmp_path / "t.png", target)
-    for k in ("a", "b"):
-        assert run_stage(img, tmp_path / k, *SMALL).exit_code == 0
-    for f in ("program.json", "render.png", "procedural.slang", "pareto.json", "manifest.json"):
-        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
-
-
-def test_auto_params_resolve_per_quality_and_are_recorded(device, tmp_path):
-    from bakery.stages.procedural.stage import PRESETS
-
-    def budget(t):  # pixels sampled by the search's fits
-        return t["generations"] * t["population"] * t["restarts"] * t["steps"] * t["batch"]
-
-    for dclass in ("cpu", "gpu"):
-        tiers = [PRESETS.table[dclass][q] for q in ("preview", "production", "final")]
-        assert budget(tiers[0]) < budget(tiers[1]) < budget(tiers[2])
-    target = render_shader(device, program(GENERATORS["checker_ramp"]), SIZE, SIZE)
-    left_auto = ("batch=", "beam=", "fit_size=")
-    small = [p for p in SMALL if not p.startswith(left_auto + ("refine_steps=",))] + ["refine_steps=0"]
-    r = run_stage(write_png(tmp_path / "t.png", target), tmp_path / "out", *small, "quality=preview")
-    assert r.exit_code == 0, r.output
-    m = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    rp = m["resolved_params"]
-    dclass = "cpu" if device.info.software else "gpu"
-    preview = PRESETS.table[dclass]["preview"]
-    assert (rp["device_class"], rp["quality"], rp["auto"]) == (dclass, "preview", ["batch", "beam", "fit_size"])
-    assert rp["values"]["steps"] == 40 and rp["values"]["refine_steps"] == 0  # explicit values win, 0 = no refine
-    assert {k: m["search"][k] for k in ("batch", "beam", "fit_size", "steps")} == {
-        "batch": preview["batch"], "beam": preview["beam"], "fit_size": preview["fit_size"], "steps": 40}
-
-
 def test_too_small_and_not_rgb_images_are_refused(tmp_path):
     r = run_stage(write_png(tmp_path / "tiny.png", np.full((8, 8, 3), 0.5, np.float32)), tmp_path / "o1")
     assert r.exit_code != 0 and "tiny.png" in r.output and "at least 32x32" in r.output

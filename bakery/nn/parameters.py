@@ -38,7 +38,7 @@ class CoopVecReduction:
     """How the CoopVec backend reduces weight gradients (bakery/nn/mlp_coopvec.slang).
 
     ``group``: threads per training workgroup (samples per tile); ``max_groups``: the
-    persistent workgroups a step runs at most; ``mode``: "slices" (each workgroup writes
+    persistent workgroups a step runs at most (default_reduction: two per multiprocessor); ``mode``: "slices" (each workgroup writes
     its own fp32 slice, the optimizer sums them) or "atomic" (one fp32 atomic add per
     weight per workgroup); ``stage``: samples staged in groupshared memory at once;
     ``staging``: how a layer's samples reach groupshared memory ("coopvec": whole-vector
@@ -81,9 +81,7 @@ class CoopVecReduction:
     twice through ``bwd_diff`` (benchmarks switch it off to time the difference).
     ``staging`` "none" and ``skip_sums`` leave
     out the staging and the per-thread sums (wrong gradients; in split-K mode, the row
-    stores and the reduction dispatch), and ``swap_loads`` loads the cooperative-matrix
-    sum's operand tiles in swapped layouts (wrong gradients): bench/grad_reduction.py times
-    the parts with them.
+    stores and the reduction dispatch): bench/grad_reduction.py times the parts with them.
     """
 
     group: int = 256
@@ -93,7 +91,6 @@ class CoopVecReduction:
     staging: str = "coopvec"
     vector_activations: bool = True
     skip_sums: bool = False
-    swap_loads: bool = False
     unroll: int = 1  # split-K: samples whose loads the reduction issues together
     reduce: str = "rows"
     reduce_groups: int = 0
@@ -143,8 +140,6 @@ class CoopVecReduction:
                              "(a warp's copies then write whole lines)")
         if self.row_tiles and not self.row_copy:
             raise ValueError("row_tiles needs row_copy (the warp copies write the column groups)")
-        if self.swap_loads and self.reduce != "mma":
-            raise ValueError("swap_loads times the cooperative-matrix sum's loads: it needs reduce 'mma'")
         if self.row_copy and self.backward == "mma":
             raise ValueError("row_copy with backward 'mma': their groupshared rows together exceed the "
                              "driver's 48 KiB at the widths measured")
@@ -162,51 +157,39 @@ class CoopVecReduction:
         return 16 if self.reduce == "mma" or self.row_tiles else 8
 
 
-#: The reduction every ParameterStore uses unless given another (benchmarks set it);
-#: None: default_reduction(device, spec).
-COOPVEC_REDUCTION: CoopVecReduction | None = None
-
-
 def default_reduction(device, spec) -> CoopVecReduction:
-    """The fastest correct design measured (bench/grad_reduction.py, bench/RESULTS.md):
-    split-K on cooperative matrices where the device has them, else per-workgroup slices.
-    On the H200 (132 SMs): 132 reduction workgroups per layer (best of 64/132/264), unroll
-    2, and 128-thread training workgroups (GPU 458 against 519 µs per step on the texture
-    fit; NTC at 8 bpp 33.98 against 33.85 dB, same run) wherever every layer has at most
-    64 outputs, the widths measured, else 256 (wider layers at 128 threads would give each
-    warp of the split-K sum twice the accumulator tiles: unmeasured, likely spilling). The
-    backward pass stays per-sample CoopVec (as cooperative-matrix tiles it measured slower),
-    written out by nn/codegen.py rather than derived by Slang's autodiff: the texture fit's
-    training kernel took 319.5 against 323.1 and 310.4 against 315.1 µs in two runs, with
-    the same gradients (measured on the 64-wide network; wider ones take it unmeasured).
-    Its split-K rows lie in blocks of 32 samples, each warp copying them out whole lines at
-    a time: that kernel took 156.5 against 320.7 µs with rows stored per thread (same run,
-    same gradients; blocks alone 253.4, blocks of 128 with copies 157.0), where the copies'
+    """The reduction a device gets (bench/grad_reduction.py times the alternatives):
+    split-K on cooperative matrices where the device has them, else per-workgroup slices;
+    both sized from the device's multiprocessors where its driver reports them
+    (Device.sm_count): two persistent training workgroups and one split-K reduction
+    workgroup per multiprocessor (on the H200's 132: 264 and 132, the best of 64/132/264
+    reduction workgroups measured). With cooperative matrices, 128-thread training
+    workgroups (GPU 458 against 519 µs per step on the texture fit; NTC at 8 bpp 33.98
+    against 33.85 dB, same run) wherever every layer has at most 64 outputs, the widths
+    measured, else 256 (wider layers at 128 threads would give each warp of the split-K
+    sum twice the accumulator tiles: unmeasured, likely spilling). The backward pass stays
+    per-sample CoopVec (as cooperative-matrix tiles it measured slower), written out by
+    nn/codegen.py rather than derived by Slang's autodiff: the texture fit's training kernel
+    took 319.5 against 323.1 and 310.4 against 315.1 µs in two runs, with the same
+    gradients (measured on the 64-wide network; wider ones take it unmeasured). Its split-K
+    rows lie in blocks of 32 samples, each warp copying them out whole lines at a time:
+    that kernel took 156.5 against 320.7 µs with rows stored per thread (same run, same
+    gradients; blocks alone 253.4, blocks of 128 with copies 157.0), where the copies'
     groupshared rows fit (row_copy_bytes: up to 64-wide layers at 128 threads); and there
     each block's slots lie column group by column group (row_tiles), so the sum loads whole
     512-byte tiles: sum 90.7 against 111.2 µs, training kernel 160.7 against 156.3 (the
     texture fit, same run; NTC's sum 90.4 against 101.7: bench/RESULTS.md, grad_reduction)."""
+    sms = getattr(device, "sm_count", None)
+    sized = {"max_groups": 2 * sms} if sms else {}
     if getattr(device, "coopmat", False):
         narrow = all(l.n_out <= 64 for l in spec.layers)
         group = 128 if narrow else 256
         copies = row_copy_bytes(spec, group) <= ROW_COPY_SHARED_BYTES
-        return CoopVecReduction(group=group, mode="splitk", reduce="mma", reduce_groups=132, unroll=2,
-                                generated_backward=True, row_block=32, row_copy=copies, row_tiles=copies)
-    return CoopVecReduction()
+        return CoopVecReduction(group=group, mode="splitk", reduce="mma", reduce_groups=sms or 0, unroll=2,
+                                generated_backward=True, row_block=32, row_copy=copies, row_tiles=copies, **sized)
+    return CoopVecReduction(**sized)
 
 
-def use_reduction(spec: str) -> CoopVecReduction:
-    """Sets the process-wide reduction from JSON: a CoopVecReduction's fields, or the
-    output of bench/grad_reduction.py (its "best" entry). For benchmarks."""
-    import json
-    from pathlib import Path
-
-    d = json.loads(Path(spec).read_text() if Path(spec).is_file() else spec)
-    if "benchmark" in d:  # a grad_reduction.py result: its fastest correct variant, if any
-        d = d.get("best") or {}
-    global COOPVEC_REDUCTION
-    COOPVEC_REDUCTION = CoopVecReduction(**d)
-    return COOPVEC_REDUCTION
 #: Dynamic loss scaling (CoopVec): the start, the cap, and the finite steps before doubling.
 LOSS_SCALE_INIT = 1024.0
 LOSS_SCALE_MAX = 65536.0
@@ -281,7 +264,7 @@ class ParameterStore:
         self.spec = spec
         self.coopvec = device.coopvec
         self.input_gradients = input_gradients
-        self.reduction = reduction or COOPVEC_REDUCTION or default_reduction(device, spec)
+        self.reduction = reduction or default_reduction(device, spec)
         private = not self.coopvec and device.info.software and spec.param_count <= CPU_PRIVATE_MAX_PARAMS
         self.tiles_per_group = cpu_tiles_per_group(batch) if private else 1
         n = spec.param_count
@@ -391,8 +374,9 @@ class ParameterStore:
         self.copy_pos_host = copy_pos
         self.weight_words = self.copy_begin // 4                        # updated by adam_step
         self.copy_words = (self.weights16.size - self.copy_begin) // 4  # copied after it
-        slices = red.max_groups if red.mode == "slices" else 1
-        self.grad_parts = make_buffer(self.device, np.zeros(slices * spec.param_count, np.float32))
+        # fp32 slices, or one 64-bit fixed-point sum per parameter (order-independent atomics)
+        self.grad_parts = make_buffer(self.device, np.zeros(red.max_groups * spec.param_count, np.float32)
+                                      if red.mode == "slices" else np.zeros(spec.param_count, np.int64))
         self.master = make_buffer(self.device, np.zeros(spec.param_count, np.float32))
         self.half_owner = make_buffer(self.device, half_owner)
         self.loss_state = make_buffer(self.device, np.zeros(4, np.float32))
@@ -483,7 +467,6 @@ class ParameterStore:
             ("BK_MAX_OUT", max(l.n_out for l in layers)),
             ("BK_STAGING", STAGINGS[red.staging]),
             ("BK_VEC_ACT", int(red.vector_activations)), ("BK_SKIP_SUMS", int(red.skip_sums)),
-            ("BK_SWAP_LOADS", int(red.swap_loads)),
             ("BK_REDUCE_UNROLL", red.unroll), ("BK_REDUCE_MMA", int(red.reduce == "mma")),
             ("BK_REDUCE_OTILES", red.out_tiles),
             ("BK_TRANSPOSED_COPY", int(red.transposed_copy)),
@@ -511,9 +494,10 @@ class ParameterStore:
     def gradients(self) -> np.ndarray:
         """The accumulated gradient in canonical order (d loss / d parameter); for tests."""
         n = self.spec.param_count
+        if self.coopvec and self.reduction.mode != "slices":
+            return self.grad_parts.to_numpy().view(np.int64)[:n].astype(np.float64) / FIXED_POINT_SCALE
         if self.coopvec:
-            slices = self.groups if self.reduction.mode == "slices" else 1
-            parts = self.grad_parts.to_numpy().view(np.float32)[: slices * n].reshape(slices, n)
+            parts = self.grad_parts.to_numpy().view(np.float32)[: self.groups * n].reshape(self.groups, n)
             mul = float(self.loss_state.to_numpy().view(np.float32)[1])
             return parts.astype(np.float64).sum(0) / mul
         return self.grads.to_numpy().view(np.int64)[:n].astype(np.float64) * self.grad_scale

@@ -5,8 +5,9 @@ A step is two dispatches (objective backward with gradient accumulation, then Ad
 the CoopVec backend also the split-K sum where it applies; the loss-scale update runs in
 Adam's last workgroup, or in a dispatch of its own where it also refreshes transposed
 weight copies), recorded many steps at a time into one command buffer so Python never sits
-between GPU steps. Batches are drawn on the GPU from (seed, step, thread), so a run is
-fully determined by its seed - and on the portable backend reproducible bit for bit.
+between GPU steps. Batches are drawn on the GPU from (seed, step, thread), and every
+gradient sum is fixed point or in a fixed order, so a run is reproducible bit for bit from
+its seed on either backend (on one GPU model, driver and compiler).
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ unchanged.
 Key = sha256 over: input file bytes (by role), the asset name, upstream task keys, params
 (the values the stage runs with, ``auto`` resolved, and what the pipeline asked for),
 seed, stage type and version, bakery version, the stage's code fingerprint (every
-Python and Slang file its output depends on, see fingerprint.py), and the device class (only for stages that use a device, so pure-CPU stages
-never open one just to compute a key).
+Python and Slang file its output depends on, see fingerprint.py), and the device class and
+toolchain (slangpy and Slang versions, backend, CoopVec, adapter, driver: bakery.device.Toolchain;
+only for stages that use a device, so pure-CPU stages never look for one just to compute a key).
 
 Layout under the cache folder::
 
@@ -53,7 +54,7 @@ def sha256_file(path: Path) -> str:
 
 def key_parts(*, stage_type: str, stage_version: str, asset: str, params: dict, given: dict, seed: int,
               inputs: dict[str, str], upstream: dict[str, str], code: str,
-              device_class: str | None) -> dict:
+              device_class: str | None, toolchain: dict | None = None) -> dict:
     return {
         "stage": stage_type,
         "stage_version": stage_version,
@@ -66,6 +67,7 @@ def key_parts(*, stage_type: str, stage_version: str, asset: str, params: dict, 
         "upstream": upstream,
         "code": code,  # the stage's code closure (bakery.pipeline.fingerprint)
         "device_class": device_class,
+        "toolchain": toolchain,  # compiler, backend, driver (bakery.device.Toolchain): device stages only
     }
 
 
@@ -97,9 +99,19 @@ def why_rebuild(old: dict | None, new: dict) -> str:
         reasons.append("version changed (stage code)")
     if old.get("device_class") != new["device_class"]:
         reasons.append(f"device changed ({new['device_class']})")
+    elif old.get("toolchain") != new.get("toolchain"):
+        reasons.append(f"toolchain changed ({toolchain_change(old.get('toolchain'), new.get('toolchain'))})")
     if old.get("stage") != new["stage"]:
         reasons.append(f"stage type changed ({old.get('stage')} -> {new['stage']})")
     return "; ".join(reasons) or "cache entry missing"
+
+
+def toolchain_change(old: dict | None, new: dict | None) -> str:
+    """The toolchain fields that differ, as "driver 580.1 -> 580.2" (bakery.device.Toolchain)."""
+    if not old or not new:
+        return "not recorded before" if new else "no device now"
+    names = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    return ", ".join(f"{k} {old.get(k, 'none')} -> {new.get(k, 'none')}" for k in names) or "not recorded"
 
 
 def tree_sums(root: Path) -> dict[str, list]:

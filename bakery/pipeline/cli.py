@@ -96,11 +96,14 @@ def _read_changed(changed: tuple[str, ...], changed_from: str | None) -> list[Pa
                    "same path on every node); default: ship files as bytes.")
 @click.option("--max-retries", type=click.IntRange(0, 100), default=2, show_default=True,
               help="Times a task whose worker process died runs again (--runner ray, --jobs).")
+@click.option("--verify-determinism", is_flag=True,
+              help="Then bake every task again in a fresh process and compare every byte; exit 1 naming the "
+                   "first task and file that differ.")
 @click.option("-v", "--verbose", is_flag=True, help="Per-task log lines even on a terminal.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the bake report (as in bake-report.json) on stdout instead of the table.")
 def bake_cmd(pipeline, force, only, assets, changed, changed_from, dry_run, fail_fast, no_wait, device,
-             report, runner, jobs, address, shared_cache, max_retries, verbose, as_json):
+             report, runner, jobs, address, shared_cache, max_retries, verify_determinism, verbose, as_json):
     """Bake PIPELINE (default pipeline.toml): every (stage, asset) task, through the cache."""
     log = _setup_logging(verbose)
     try:
@@ -109,7 +112,7 @@ def bake_cmd(pipeline, force, only, assets, changed, changed_from, dry_run, fail
                            changed=_read_changed(changed, changed_from), dry_run=dry_run,
                            fail_fast=fail_fast, wait=not no_wait, device=device, report=report,
                            runner=runner, jobs=jobs, address=address, shared_cache=shared_cache,
-                           max_retries=max_retries)
+                           max_retries=max_retries, verify_determinism=verify_determinism)
         with sigterm_as_interrupt():
             result = bake(pipe, opts, log)
     except BakeryError as e:
@@ -132,7 +135,11 @@ def bake_cmd(pipeline, force, only, assets, changed, changed_from, dry_run, fail
     if not as_json:
         click.echo(f"report: {display_path(pipe.out / 'bake-report.json')}  "
                    f"(pictures: {display_path(pipe.out / HTML_REPORT_NAME)})")
-    sys.exit(EXIT_TASK_FAILED if result.failed else EXIT_OK)
+    if result.nondeterministic:
+        from bakery.pipeline.determinism import Difference
+
+        click.echo(f"error: {Difference(**result.determinism['difference']).one_line()}", err=True)
+    sys.exit(EXIT_TASK_FAILED if result.failed or result.nondeterministic else EXIT_OK)
 
 
 @click.command("clean")

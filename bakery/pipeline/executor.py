@@ -56,6 +56,7 @@ class BakeOptions:
     address: str | None = None         # ray: None starts a local cluster; auto | ray://HOST:PORT
     shared_cache: bool = False         # ray: workers build into the cache folder (same path on every node)
     max_retries: int = 2               # ray, --jobs: times a task whose worker died runs again
+    verify_determinism: bool = False   # bake every task again in a fresh process, compare bytes
 
 
 def sweep_staging(*roots: Path) -> int:
@@ -129,6 +130,8 @@ class Executor:
                 report.notes.append(f"removed {swept} staging folder(s) left by an interrupted bake")
             try:
                 self._run_all(specs, report)
+                if self.opts.verify_determinism and not report.failed:
+                    self._verify(specs, report)
             finally:
                 report.seconds = time.monotonic() - t0
                 report.device = self.devices.info() or getattr(self.runner, "device", None)
@@ -137,6 +140,14 @@ class Executor:
                     report.write(self.opts.report)
                 self._write_html(report, specs)
         return report
+
+    def _verify(self, specs: list[TaskSpec], report: BakeReport) -> None:
+        """--verify-determinism: every task that built or was cached, baked again."""
+        from bakery.pipeline.determinism import verify_determinism
+
+        done = {(o.stage, o.asset) for o in report.tasks if o.status in ("built", "cached")}
+        report.determinism = verify_determinism([s for s in specs if (s.stage, s.asset) in done], self.cache,
+                                                self.devices.cache_dir, self.log).to_dict()
 
     def _write_html(self, report: BakeReport, specs: list[TaskSpec]) -> None:
         """out/report.html; a plot that cannot be drawn costs a warning, never the bake."""

@@ -1,9 +1,10 @@
 """The planner: a validated pipeline in, :class:`TaskSpec` records with cache keys out.
 
-Pure: it reads input files to hash them and lists adapters to learn the device class,
-but opens no device, writes nothing and runs no stage. Parameters left ``auto`` are
-resolved here, for that device class (``Stage.settings``), so the key covers the values
-a stage will run with. ``bakery bake --dry-run`` is a plan plus a look into the cache.
+Pure: it reads input files to hash them and lists adapters to learn the device class
+and toolchain (bakery.device.probe_toolchain), but opens no device, writes nothing and
+runs no stage. Parameters left ``auto`` are resolved here, for that device class
+(``Stage.settings``), so the key covers the values a stage will run with. ``bakery bake
+--dry-run`` is a plan plus a look into the cache.
 """
 
 from __future__ import annotations
@@ -29,19 +30,30 @@ class PlanOptions:
 
 
 class _DeviceClass:
-    """Probes the device class once, and only if some task uses a device."""
+    """Probes the device class and toolchain once, and only if some task uses a device."""
 
     def __init__(self, kind: str):
         self.kind = kind
         self._value: str | None = None
+        self._toolchain: dict | None = None
         self._probed = False
 
-    def get(self) -> str:
+    def _probe(self) -> None:
         if not self._probed:
-            from bakery.device import probe_device_class
+            from bakery.device import probe_device_class, probe_toolchain
 
             self._value, self._probed = probe_device_class(self.kind), True
+            found = probe_toolchain(self.kind) if self._value else None
+            self._toolchain = found.to_dict() if found is not None else None
+
+    def get(self) -> str:
+        self._probe()
         return self._value or f"{self.kind}:unavailable"
+
+    def toolchain(self) -> dict | None:
+        """bakery.device.Toolchain as a dict; None where no device can be opened."""
+        self._probe()
+        return self._toolchain
 
 
 def plan(pipe: Pipeline, opts: PlanOptions | None = None) -> list[TaskSpec]:
@@ -88,12 +100,15 @@ def _plan_one(pipe: Pipeline, t: Task, planned: dict[str, TaskSpec], kind: str,
         except OSError as e:
             error, hashes = f"cannot read input: {e}", {}
         inputs.append(InputSpec(inp.name, {r: str(p) for r, p in sorted(inp.files.items())}, hashes))
+    toolchain = device_class.toolchain() if cls.uses_device else None
     if error:
-        return TaskSpec(**common, inputs=tuple(inputs), key="", parts={}, device_class=dclass, error=error)
+        return TaskSpec(**common, inputs=tuple(inputs), key="", parts={}, device_class=dclass, toolchain=toolchain,
+                        error=error)
     file_hashes = {r: h for i in inputs for r, h in i.hashes.items()} if len(inputs) == 1 else \
         {f"{i.name}.{r}": h for i in inputs for r, h in i.hashes.items()}
     parts = key_parts(stage_type=cls.type_name, stage_version=str(cls.version), asset=t.asset,
                       params=dict(settings.values), given=dict(settings.given), seed=t.stage.seed,
                       inputs=file_hashes, upstream={i.upstream: i.upstream_key for i in inputs if i.upstream},
-                      code=stage_fingerprint(cls), device_class=dclass)
-    return TaskSpec(**common, inputs=tuple(inputs), key=key_of(parts), parts=parts, device_class=dclass)
+                      code=stage_fingerprint(cls), device_class=dclass, toolchain=toolchain)
+    return TaskSpec(**common, inputs=tuple(inputs), key=key_of(parts), parts=parts, device_class=dclass,
+                    toolchain=toolchain)

@@ -40,6 +40,11 @@ class BakeReport:
     device: dict | None = None
     notes: list[str] = field(default_factory=list)
     tasks: list[TaskOutcome] = field(default_factory=list)
+    determinism: dict | None = None  # --verify-determinism: bakery.pipeline.determinism.DeterminismCheck
+
+    @property
+    def nondeterministic(self) -> bool:
+        return bool(self.determinism and self.determinism.get("difference"))
 
     def totals(self) -> dict[str, int]:
         t = {s: 0 for s in STATUSES}
@@ -65,6 +70,7 @@ class BakeReport:
             "notes": self.notes,
             "totals": self.totals(),
             "tasks": [asdict(o) for o in self.tasks],
+            "determinism": self.determinism,
         }
 
     def write(self, path: Path) -> None:
@@ -84,6 +90,9 @@ class BakeReport:
         verb, n = ("would build", t.get("would-build", 0)) if self.dry_run else ("built", t["built"])
         lines.append(f"{t['total']} tasks: {n} {verb}, {t['cached']} cached, "
                      f"{t['failed']} failed, {t['skipped']} skipped in {self.seconds:.2f} s")
+        if self.determinism and not self.nondeterministic:
+            lines.append(f"deterministic: {self.determinism['tasks']} tasks baked again in a fresh process, "
+                         "every byte the same")
         for stage in dict.fromkeys(o.stage for o in self.tasks):
             measured = [(o.asset, flatten_metrics(o.metrics)) for o in self.tasks if o.stage == stage and o.metrics]
             if not measured:

@@ -42,6 +42,7 @@ class TaskSpec:
     out_dir: str               # absolute path of out/<stage>/<asset>
     device: str | None         # device kind to open (auto, vulkan, ...); None: the stage uses none
     device_class: str | None   # the class the key was computed for
+    toolchain: dict | None = None  # bakery.device.Toolchain the key was computed for (device stages)
     plugins: tuple[str, ...] = ()  # modules to import for studio stages
     plugin_root: str = ""      # folder those modules are imported from
     error: str = ""            # why planning this task failed (unreadable input, ...)

@@ -100,11 +100,13 @@ def run_task(stage_cls: type[Stage], inputs: Sequence[StageInput], settings: Set
         if result is None:
             result = StageResult()
         device_info = tracker.device.info.to_dict() if tracker.device is not None else None
+        toolchain = tracker.device.toolchain.to_dict() if tracker.device is not None else None
         manifest = writer.finalize({
             "stage": {"type": stage_cls.type_name, "version": stage_cls.version},
             "params": dict(settings.given),
             "seed": int(seed),
             "device": device_info,
+            "toolchain": toolchain,
             "metrics": dict(result.metrics),
             **({"resolved_params": settings.record()} if automatic else {}),
             **result.manifest,

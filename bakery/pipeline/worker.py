@@ -52,6 +52,11 @@ class DevicePool:
                 # The key was computed for another device: building would cache a lie.
                 raise DeviceError(f"opened {dev.device_class!r} but the bake was planned for "
                                   f"{spec.device_class!r}", key="--device")
+            if spec.toolchain and dev.toolchain.to_dict() != spec.toolchain:
+                from bakery.pipeline.cache import toolchain_change
+
+                raise DeviceError(f"the device's toolchain is not the one the bake was planned for "
+                                  f"({toolchain_change(spec.toolchain, dev.toolchain.to_dict())})", key="--device")
             return dev
         return open_for_task
 
@@ -97,6 +102,15 @@ def build(spec: TaskSpec, cache: Cache, devices: DevicePool, *, log: logging.Log
     Raises :class:`TaskError`/:class:`UsageError` (one line) when the stage fails, and
     :class:`DeviceError` when no device can be had (that ends the whole bake).
     """
+    return cache.put(spec.key, build_into(spec, cache, devices, log=log, progress=progress), replace=replace)
+
+
+def build_into(spec: TaskSpec, cache: Cache, devices: DevicePool, *, log: logging.Logger,
+               progress: Callable[..., Any] | None = None) -> Callable[[Path], dict]:
+    """``spec``'s stage, its inputs read (sources checked against their hashes, upstream
+    bundles from ``cache``), as a function that bakes the bundle into a folder and returns
+    its manifest: what a cache entry is filled with, and what --verify-determinism bakes
+    again (bakery.pipeline.determinism)."""
     from bakery.formats.errors import BundleError
     from bakery.stages import get_stage
 
@@ -106,9 +120,9 @@ def build(spec: TaskSpec, cache: Cache, devices: DevicePool, *, log: logging.Log
         inputs = stage_inputs(spec, cache)
     except (OSError, BundleError) as e:
         raise TaskError(f"cannot read input: {e}", where=spec.id) from None
-    return cache.put(spec.key, lambda folder: run_task(
+    return lambda folder: run_task(
         stage_cls, inputs, Settings.from_dict(spec.settings), seed=spec.seed, device_provider=devices.provider(spec),
-        out_dir=folder, log=log, progress=progress, where=spec.id), replace=replace)
+        out_dir=folder, log=log, progress=progress, where=spec.id)
 
 
 @dataclass
