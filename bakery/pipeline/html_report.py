@@ -58,7 +58,9 @@ def write_html_report(report: BakeReport, out_dirs: dict[str, Path], path: Path,
 def render(report: BakeReport, out_dirs: dict[str, Any], memo: Path | None = None) -> str:
     t = report.totals()
     dev = report.device or {}
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>bakery report: {_e(report.pipeline)}"
+    from bakery.pipeline.ownership import HTML_REPORT_HEAD  # how clean and bakes recognise it as bakery's
+
+    parts = [f"{HTML_REPORT_HEAD}{_e(report.pipeline)}"
              f"</title><style>{_CSS}</style></head><body>",
              f"<h1>Bake of {_e(report.pipeline)}</h1>",
              f"<p>{t['total']} tasks: {t['built']} built, {t['cached']} cached, {t['failed']} failed, "
