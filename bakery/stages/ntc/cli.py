@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 
 import click
@@ -68,9 +67,7 @@ def decompress_cmd(ctx: click.Context, bundle: Path, out_dir: Path, fmt: str, mi
 
     DIR must be new, empty or an earlier decompress's (whose files alone are replaced)."""
     from bakery.formats.errors import BundleError
-    from bakery.formats.images import encode_png
-    from bakery.formats.publish import write_atomic
-    from bakery.pipeline.safety import DECOMPRESS_MARKER, check_decompress_target, decompressed_names
+    from bakery.pipeline.safety import check_decompress_target
 
     try:
         roles, levels = decompress_bundle(bundle, mips)
@@ -80,8 +77,23 @@ def decompress_cmd(ctx: click.Context, bundle: Path, out_dir: Path, fmt: str, mi
         return
     names = output_names(roles, len(levels), fmt)
     check_decompress_target(out_dir, names, force=force)
+    from bakery.formats.publish import make_staging_dir, stale_staging
+    from bakery.pipeline.safety import sigterm_as_interrupt
+
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    for stale in stale_staging(out_dir.parent, out_dir.name):  # a killed earlier decompress's
+        shutil.rmtree(stale, ignore_errors=True)
+    with sigterm_as_interrupt():  # SIGTERM cleans up like Ctrl-C
+        _write_outputs(out_dir, make_staging_dir(out_dir), roles, levels, names, fmt)
+    click.echo(f"decompress: wrote {len(levels)} mip level(s) of {', '.join(roles)} to {out_dir}")
+
+
+def _write_outputs(out_dir: Path, staging: Path, roles: list[str], levels, names: list[str], fmt: str) -> None:
+    """Encodes every file in ``staging``, then moves them into ``out_dir`` by renames."""
+    from bakery.formats.images import encode_png
+    from bakery.formats.publish import write_atomic
+    from bakery.pipeline.safety import DECOMPRESS_MARKER, decompressed_names
+
     try:
         if fmt == "png":
             for m, images in enumerate(levels):
@@ -106,4 +118,3 @@ def decompress_cmd(ctx: click.Context, bundle: Path, out_dir: Path, fmt: str, mi
             (staging / name).replace(out_dir / name)  # a rename: replaces a name, never follows a link
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    click.echo(f"decompress: wrote {len(levels)} mip level(s) of {', '.join(roles)} to {out_dir}")
