@@ -188,8 +188,9 @@ def _register_subsystem_commands() -> None:
     from bakery.formats.cli import inspect_cmd, verify_cmd
     from bakery.pipeline.cli import bake_cmd, clean_cmd
     from bakery.stages.ntc.cli import decompress_cmd
+    from bakery.view.cli import view_cmd
 
-    for cmd in (bake_cmd, clean_cmd, inspect_cmd, verify_cmd, decompress_cmd):
+    for cmd in (bake_cmd, clean_cmd, inspect_cmd, verify_cmd, decompress_cmd, view_cmd):
         main.add_command(cmd)
 
 

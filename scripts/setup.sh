@@ -24,11 +24,13 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! have_hw_vulkan && ! 
 fi
 
 # Tools the tests use when present (they skip without them): headless Chromium opens
-# out/report.html, glslangValidator compiles the generated GLSL and HLSL decoders.
+# out/report.html and runs `bakery view`, glslangValidator compiles the generated GLSL and
+# HLSL decoders; npm installs three.js for `bakery view` (below).
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=""
   command -v chromium >/dev/null || missing="$missing chromium"
   command -v glslangValidator >/dev/null || missing="$missing glslang-tools"
+  command -v npm >/dev/null || missing="$missing npm"
   if [ -n "$missing" ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq && apt-get install -y -qq --no-install-recommends $missing >/dev/null \
@@ -37,3 +39,11 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
 fi
 
 python3 -m pip install -q --disable-pip-version-check -e '.[test,ray]'
+
+# three.js for `bakery view`, pinned by package-lock.json (Playwright drives the system
+# Chromium above: no browser download).
+if command -v npm >/dev/null; then
+  npm ci --ignore-scripts --no-audit --no-fund --silent
+else
+  echo "setup: npm not found; \`bakery view\` needs three.js (apt-get install npm, then npm ci)" >&2
+fi

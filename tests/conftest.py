@@ -13,6 +13,15 @@ def device():
 
 
 @pytest.fixture(scope="session")
+def tiny_out(tmp_path_factory, device):
+    """One out/ folder of tiny bundles of several kinds (tests/view_bundles.py), baked once
+    for the viewer and engine-example tests."""
+    from tests.view_bundles import bake
+
+    return bake(tmp_path_factory.mktemp("tiny_out"), ("compress", "compress_bc", "neural_material", "mips", "texture"))
+
+
+@pytest.fixture(scope="session")
 def coopvec_device(device):
     if not device.coopvec:
         pytest.skip("needs cooperative vectors (NVIDIA GPU, Vulkan); this device has none")

@@ -32,7 +32,7 @@ def bundle(tmp_path):
 
 def test_every_example_says_it_is_untested():
     files = [p for p in ENGINES.rglob("*") if p.suffix in (".py", ".cs", ".gd")]
-    assert len(files) == 4
+    assert len(files) == 5
     for p in files:
         assert "UNTESTED IN" in p.read_text()[:600], p
 
@@ -80,3 +80,72 @@ def test_unity_asset_type_is_a_runtime_script_and_unreal_keeps_data_linear(monke
     assert mod.texture_settings("transcoded_albedo.dds", "transcoded", "bc7_srgb") == (True, "default")
     text = (ENGINES / "unreal_import_bundle.py").read_text()
     assert "paste decoder.hlsl" not in text and "TC_HDR" not in text
+
+
+def _unreal_module(monkeypatch):
+    C = types.SimpleNamespace(TC_VECTOR_DISPLACEMENTMAP="vdm", TC_ALPHA="alpha", TC_NORMALMAP="normal",
+                              TC_DEFAULT="default")
+    monkeypatch.setitem(sys.modules, "unreal", types.SimpleNamespace(TextureCompressionSettings=C))
+    spec = importlib.util.spec_from_file_location("unreal_import_bundle", ENGINES / "unreal_import_bundle.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _bakery_command(monkeypatch) -> str:
+    """This checkout's bakery as a command line (what an engine's machine has on PATH)."""
+    monkeypatch.setenv("PYTHONPATH", str(ENGINES.parents[1]))
+    return f"{sys.executable} -m bakery"
+
+
+def test_unreal_script_decodes_an_ntc_bundle_on_load_to_bcn_with_mips(tiny_out, tmp_path, monkeypatch):
+    """The ntc path of the Unreal script on a real bundle: verify, `bakery decompress
+    --format dds`, one DDS per role with every colour mip, imported with settings by format."""
+    from bakery.formats.dds import read_dds
+
+    mod = _unreal_module(monkeypatch)
+    bundle = tiny_out / "compress" / "bricks"
+    manifest = mod.verify(str(bundle))
+    decoded = mod.ntc_to_dds(str(bundle), str(tmp_path), _bakery_command(monkeypatch))
+    roles = manifest["ntc"]["material"]["roles"]
+    assert sorted(decoded) == sorted(f"{r}.dds" for r in roles)
+    assert (decoded["albedo.dds"], decoded["normal.dds"], decoded["roughness.dds"]) == ("bc7_srgb", "bc5_unorm",
+                                                                                        "bc4_unorm")
+    for name in decoded:
+        tex = read_dds((tmp_path / name).read_bytes())
+        assert tex.level_count == len(manifest["ntc"]["latents"]["color_mips"]), name
+    assert mod.texture_settings("albedo.dds", "decoded", decoded["albedo.dds"]) == (True, "default")
+    assert mod.texture_settings("normal.dds", "decoded", decoded["normal.dds"]) == (False, "normal")
+
+
+def test_unity_ntc_importer_command_decodes_a_real_bundle(tiny_out, tmp_path, monkeypatch):
+    """The arguments the Unity menu passes to bakery, run on a real ntc bundle."""
+    import shlex
+    import subprocess
+
+    cs = (ENGINES / "Unity" / "Editor" / "BakeryNtcImporter.cs").read_text()
+    template = re.search(r'return \$"(decompress .*?)";', cs).group(1)
+    bundle, dest = tiny_out / "compress" / "bricks", tmp_path / "Assets" / "Baked" / "bricks"
+    args = template.replace("{bundle}", str(bundle)).replace("{destination}", str(dest)).replace('\\"', '"')
+    r = subprocess.run([*shlex.split(_bakery_command(monkeypatch)), *shlex.split(args)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert {p.name for p in dest.glob("*.dds")} >= {"albedo.dds", "normal.dds", "roughness.dds"}
+
+
+def test_godot_plugin_claims_only_bundle_manifests(tiny_out):
+    """No file extension is claimed (latents.bin and other JSON stay untouched); its
+    manifest rule accepts every real bundle's manifest and nothing else named like it."""
+    import json
+
+    gd = (ENGINES / "godot" / "bakery_bundle_import.gd").read_text()
+    assert "_get_recognized_extensions" not in gd and "extends EditorPlugin" in gd
+    keys = json.loads(re.search(r"const REQUIRED_KEYS := (\[.*?\])", gd).group(1))
+    schema = int(re.search(r"const SCHEMA_VERSION := (\d+)", gd).group(1))
+
+    def is_bundle_manifest(doc) -> bool:   # the plugin's rule, as written there
+        return isinstance(doc, dict) and all(k in doc for k in keys) and int(doc["schema_version"]) == schema
+
+    for manifest in tiny_out.rglob("manifest.json"):
+        assert is_bundle_manifest(json.loads(manifest.read_text())), manifest
+    assert not is_bundle_manifest(json.loads((ENGINES.parents[1] / "package.json").read_text()))
+    assert not is_bundle_manifest({"name": "some other manifest.json", "files": []})

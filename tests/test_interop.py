@@ -28,10 +28,16 @@ def _bundle(tmp_path, name, prefix, **kw):
     return w
 
 
-def test_symbol_prefix_comes_from_stage_and_asset():
-    assert symbol_prefix("neural_texture", "textures/rust") == "bk_neural_texture_textures_rust"
-    assert symbol_prefix("ntc", "materials/brick-01") == "bk_ntc_materials_brick_01"
+def test_symbol_prefix_comes_from_stage_and_asset_and_is_unique():
+    import re
+
+    assert re.fullmatch(r"bk_neural_texture_textures_rust_[0-9a-f]{6}", symbol_prefix("neural_texture", "textures/rust"))
+    assert symbol_prefix("ntc", "materials/brick-01").startswith("bk_ntc_materials_brick_01_")
     assert "__" not in symbol_prefix("a__b", "--c")
+    # the same words from other names, or the same asset under other params: other prefixes
+    assert symbol_prefix("ntc", "a_b") != symbol_prefix("ntc", "a b") != symbol_prefix("ntc_a", "b")
+    assert symbol_prefix("ntc", "bricks", {"bpp": 4.0}) != symbol_prefix("ntc", "bricks", {"bpp": 8.0})
+    assert symbol_prefix("ntc", "bricks", {"bpp": 4.0}) == symbol_prefix("ntc", "bricks", {"bpp": 4.0})
 
 
 def test_onnx_opset_defaults_to_13_and_is_selectable(tmp_path):

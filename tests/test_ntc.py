@@ -233,7 +233,17 @@ def test_mip_chain_decodes(bundle, tmp_path):
     assert psnr(load_image(tmp_path / "png" / "albedo.png"), load_image(out / "preview_albedo.png")) > 45
 
 
-def _decoder_program(lang: str, src: str, n: int) -> str:
+def _prefix(out: Path) -> str:
+    return json.loads((out / "manifest.json").read_text())["ntc"]["files"]["symbol_prefix"]
+
+
+def _named(text: str, prefix: str) -> str:
+    """A harness written against ``ntc_`` names, under the bundle's symbol prefix."""
+    import re
+    return re.sub(r"\bNTC_", prefix.upper() + "_", re.sub(r"\bntc_", prefix + "_", text))
+
+
+def _decoder_program(lang: str, src: str, n: int, prefix: str) -> str:
     harness = f"""
 StructuredBuffer<uint> g_weights; StructuredBuffer<uint> g_latents;
 StructuredBuffer<uint> g_mip; StructuredBuffer<uint> g_px; StructuredBuffer<uint> g_py; RWStructuredBuffer<float> g_out;
@@ -245,7 +255,7 @@ void main(uint3 tid: SV_DispatchThreadID) {{
     for (uint k = 0u; k < NTC_MLP_N_OUTPUTS; k++) g_out[tid.x * NTC_MLP_N_OUTPUTS + k] = o[k];
 }}
 """
-    return src + harness
+    return src + _named(harness, prefix)
 
 
 @pytest.mark.parametrize("lang", ["slang", "hlsl"])
@@ -265,7 +275,7 @@ def test_random_texels_through_generated_decoder_equal_full_decode(bundle, devic
     full = [decode_image(grid, levels, b.network, b.params, m) for m in range(len(grid.color_mips))]
     want = np.stack([full[m][y, x] for m, x, y in zip(mip, px, py)])
 
-    kernel = device.kernel(_decoder_program(lang, (out / f"ntc_decode.{lang}").read_text(), n), "main")
+    kernel = device.kernel(_decoder_program(lang, (out / f"ntc_decode.{lang}").read_text(), n, _prefix(out)), "main")
     buf = lambda p: make_buffer(device, np.frombuffer(p.read_bytes() + b"\0" * (-p.stat().st_size % 4), np.uint32))  # noqa: E731
     obuf = make_buffer(device, np.zeros(n * c, np.float32))
     device.submit(lambda enc: kernel.dispatch([n, 1, 1], vars={
@@ -289,17 +299,19 @@ def _glslang_compile(out: Path, lang: str, tmp_path: Path) -> None:
     bc = json.loads((out / "manifest.json").read_text())["ntc"]["latents"]["mode"] == "bc"
     if lang == "glsl":
         path = tmp_path / "t.comp"
-        path.write_text("#version 450\n" + src + "layout(local_size_x = 1) in;\nlayout(std430, binding = 2) buffer O "
+        path.write_text("#version 450\n" + src + _named("layout(local_size_x = 1) in;\nlayout(std430, binding = 2) buffer O "
                         "{ float o_out[]; };\nvoid main() { float o[NTC_MLP_N_OUTPUTS]; "
-                        "ntc_decode_texel(1u, gl_GlobalInvocationID.x, 2u, o); ntc_finish(o); o_out[0] = o[0]; }\n")
+                        "ntc_decode_texel(1u, gl_GlobalInvocationID.x, 2u, o); ntc_finish(o); o_out[0] = o[0]; }\n", _prefix(out)))
         args = [GLSLANG, "-V", str(path), "-o", str(tmp_path / "t.spv")]
     else:
         latents, call = (("Texture2DArray<float> L; SamplerState S;", "W, L, S") if bc
                          else ("StructuredBuffer<uint> L;", "W, L"))
         path = tmp_path / "t.hlsl"
-        path.write_text(src + f"StructuredBuffer<uint> W; {latents} RWStructuredBuffer<float> O;\n"
-                        "[numthreads(1, 1, 1)] void main(uint3 t: SV_DispatchThreadID) { float o[NTC_MLP_N_OUTPUTS]; "
-                        f"ntc_decode_texel({call}, 1u, t.x, 2u, o); ntc_finish(o); O[0] = o[0]; }}\n")
+        path.write_text(src + _named(f"StructuredBuffer<uint> W; {latents} RWStructuredBuffer<float> O;\n"
+                                     "[numthreads(1, 1, 1)] void main(uint3 t: SV_DispatchThreadID) { "
+                                     "float o[NTC_MLP_N_OUTPUTS]; "
+                                     f"ntc_decode_texel({call}, 1u, t.x, 2u, o); ntc_finish(o); O[0] = o[0]; }}\n",
+                                     _prefix(out)))
         args = [GLSLANG, "-D", "-S", "comp", "-e", "main", "-V", str(path), "-o", str(tmp_path / "t.spv")]
     r = subprocess.run(args, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -310,6 +322,69 @@ def _glslang_compile(out: Path, lang: str, tmp_path: Path) -> None:
 def test_generated_decoders_compile_with_glslang(bundle, tmp_path, lang):
     """Khronos' reference compiler takes the GLSL and HLSL decoders as they are written."""
     _glslang_compile(bundle[1], lang, tmp_path)
+
+
+def test_compute_decoder_writes_whole_mips_equal_to_the_reference(bundle, device):
+    """ntc_decode_mip.slang (inference on load): one dispatch per colour mip fills an RGBA
+    float texture array, channels 4l..4l+3 in layer l, equal to the numpy reference decode
+    (renormalised and clamped as stored)."""
+    import slangpy as spy
+
+    from bakery.materials import renormalize_normals
+    from bakery.nn.parameters import make_buffer
+
+    _, out = bundle
+    b = read_bundle(out)
+    grid, levels = latent_values(b)
+    prefix, c = _prefix(out), b.network.n_outputs
+    kernel = device.kernel((out / "ntc_decode_mip.slang").read_text(), f"{prefix}_decode_mip")
+    words = lambda p: make_buffer(device, np.frombuffer(p.read_bytes(), np.uint32))  # noqa: E731
+    for mip in (0, 2, len(grid.color_mips) - 1):
+        w, h = grid.color_mips[mip]
+        tex = device.spy.create_texture(type=spy.TextureType.texture_2d_array, format=spy.Format.rgba32_float,
+                                        width=w, height=h, array_length=-(-c // 4),
+                                        usage=spy.TextureUsage.unordered_access | spy.TextureUsage.shader_resource)
+        device.submit(lambda enc: kernel.dispatch([w, h, 1], vars={
+            f"{prefix}_weights": words(out / "weights.bin"), f"{prefix}_latent_buffer": words(out / "latents.bin"),
+            f"{prefix}_output": tex, f"{prefix}_mip": mip}, command_encoder=enc))
+        device.wait()
+        got = np.concatenate([np.asarray(tex.to_numpy(layer=k, mip=0)).reshape(h, w, 4) for k in range(-(-c // 4))],
+                             -1)
+        want = np.clip(renormalize_normals(decode_image(grid, levels, b.network, b.params, mip),
+                                           b.manifest["ntc"]["material"]["normal_channel"]), 0, 1)
+        np.testing.assert_allclose(got[..., :c], want, atol=2e-4)
+        assert not got[..., c:].any()
+
+
+@pytest.mark.skipif(GLSLANG is None, reason="glslangValidator absent (apt-get install glslang-tools)")
+def test_compute_decoders_and_two_bundles_in_one_shader_compile_with_glslang(bundle, tmp_path):
+    """The whole-mip compute decoders (GLSL, HLSL) compile as written; two ntc bundles'
+    GLSL decoders in one shader compile (each names its own latent buffer block)."""
+    import subprocess
+
+    from bakery.formats.bundle import symbol_prefix
+    from bakery.stages.ntc.rate import choose
+    from bakery.stages.ntc.shader import generate_ntc_decoder
+
+    out = bundle[1]
+    prefix = _prefix(out)
+    runs = [[GLSLANG, "-V", str(out / "ntc_decode_mip.comp"), "-o", str(tmp_path / "m.spv")],
+            [GLSLANG, "-D", "-S", "comp", "-e", f"{prefix}_decode_mip", "-V", str(out / "ntc_decode_mip.hlsl"),
+             "-o", str(tmp_path / "h.spv")]]
+    other = symbol_prefix("ntc", "tiles", {"bpp": 4.0})
+    point = choose(64, 64, 3, 4.0, hidden=16, layers=1, bits=2, pe_octaves=2)
+    both = tmp_path / "both.comp"
+    both.write_text("#version 450\n#define " + other.upper() + "_MLP_WEIGHTS_BINDING 2\n#define " + other.upper()
+                    + "_LATENTS_BINDING 3\n" + (out / "ntc_decode.glsl").read_text()
+                    + generate_ntc_decoder(point.grid, point.network, "glsl", prefix=other)
+                    + "layout(local_size_x = 1) in;\nlayout(std430, binding = 4) buffer O { float o_out[]; };\n"
+                    + f"void main() {{ float a[{prefix.upper()}_MLP_N_OUTPUTS]; {prefix}_decode_texel(0u, 1u, 2u, a); "
+                    + f"float b[{other.upper()}_MLP_N_OUTPUTS]; {other}_decode_texel(0u, 1u, 2u, b); "
+                    + "o_out[0] = a[0] + b[0]; }\n")
+    runs.append([GLSLANG, "-V", str(both), "-o", str(tmp_path / "b.spv")])
+    for args in runs:
+        r = subprocess.run(args, capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
 
 
 @pytest.mark.parametrize("case", ["sizes", "bpp_range", "too_low_bpp", "unknown_role", "unreadable", "zero_steps",

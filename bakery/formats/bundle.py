@@ -11,6 +11,7 @@ timestamps, sorted keys, files listed by name).
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from pathlib import Path
 from typing import Sequence
@@ -100,11 +101,13 @@ class BundleWriter:
         self._networks[network] = network_record(name, spec, dtype)
         return path
 
-    def write_decoder_artifacts(self, spec: NetworkSpec, *, onnx: bool = True, shaders: Sequence[str] = ("slang", "hlsl", "glsl"),
+    def write_decoder_artifacts(self, spec: NetworkSpec, *, onnx: bool = True,
+                                shaders: Sequence[str] = ("slang", "hlsl", "glsl", "webgl"),
                                 params: np.ndarray | None = None, prefix: str = "decoder",
                                 network: str = DEFAULT_NETWORK, onnx_opset: int | None = None) -> list[Path]:
         """Generated decoder shaders (``decoder.slang``/``.hlsl``/``.glsl``, the GLSL one an
-        include with a compilable compute wrapper ``decoder.comp``) and ``decoder.onnx``
+        include with a compilable compute wrapper ``decoder.comp``; ``decoder.webgl.glsl``,
+        GLSL ES 3.00 for a WebGL2 fragment shader) and ``decoder.onnx``
         (``onnx_opset``, default :data:`bakery.formats.onnx_export.OPSET`) for ``network``,
         written before by :meth:`write_weights`. Shader symbols start with the bundle's
         :attr:`symbol_prefix`. ONNX needs ``params`` and the onnx package."""
@@ -187,12 +190,15 @@ class BundleWriter:
         return canonical_json.normalize(manifest)
 
 
-def symbol_prefix(stage_type: str, asset: str) -> str:
-    """``bk_neural_texture_textures_rust``: a shader-identifier prefix from the stage type
-    and asset name, so decoders of different bundles never clash. Characters other than
-    letters and digits become one ``_`` (GLSL reserves double underscores)."""
+def symbol_prefix(stage_type: str, asset: str, params: dict | None = None) -> str:
+    """``bk_ntc_bricks_3f9c2a``: a shader-identifier prefix from the stage type and asset
+    name, and a short hash of both and of the resolved params, so the decoders of two
+    bundles never clash in one program (the same asset baked by two stages of one type
+    differs in its params; ``a_b``/``c`` and ``a``/``b_c`` differ in the hash). Characters
+    other than letters and digits become one ``_`` (GLSL reserves double underscores)."""
     words = re.findall(r"[A-Za-z0-9]+", f"{stage_type} {asset}")
-    return "_".join(["bk", *words]).lower()
+    ident = json.dumps([stage_type, asset, params or {}], sort_keys=True, default=str)
+    return "_".join(["bk", *words, hashlib.sha256(ident.encode()).hexdigest()[:6]]).lower()
 
 
 def network_record(weights_name: str, spec: NetworkSpec, dtype: str) -> dict:

@@ -4,8 +4,8 @@ Both ``bakery run`` (the one-off CLI form of a stage) and the pipeline executor 
 :func:`run_task`, so a stage behaves identically in both: it receives settings checked
 and resolved before any work (by the loader and the planner in a bake, by
 :func:`settings_for` in a one-off run), outputs go to a hidden staging folder on the same
-filesystem and are renamed into place only after the manifest is complete. A crash, Ctrl-C or SIGKILL therefore
-never leaves a half-written output folder behind.
+filesystem and are renamed into place only after the manifest is complete. A crash,
+Ctrl-C or SIGKILL therefore never leaves a half-written output folder behind.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ class _TrackingDeviceProvider:
         if self._provider is None:
             raise TaskError("this stage asked for a device but none was provided")
         self.device = self._provider()
-        opened = preset_class(self.device.device_class)
-        if self._automatic and opened != self._settings.device_class:
+        opened = preset_class(self.device.device_class) if self._automatic else None
+        if opened is not None and opened != self._settings.device_class:
             raise TaskError(f"opened a {opened} device but the parameters were resolved for a "
                             f"{self._settings.device_class} one")
         return self.device
@@ -93,7 +93,8 @@ def run_task(stage_cls: type[Stage], inputs: Sequence[StageInput], settings: Set
     automatic = stage_cls.presets is not None
     tracker = _TrackingDeviceProvider(device_provider, settings, automatic)
     try:
-        writer = BundleWriter(staging, symbol_prefix=symbol_prefix(stage_cls.type_name, inputs[0].name if inputs else ""))
+        writer = BundleWriter(staging, symbol_prefix=symbol_prefix(stage_cls.type_name, inputs[0].name if inputs else "",
+                                                                 dict(settings.given)))
         ctx = StageContext(device_provider=tracker, seed=seed, out=writer,
                            progress=progress or _no_progress, log=log)
         result = stage_cls().run(ctx, list(inputs), settings)

@@ -115,3 +115,71 @@ float3 neural_material_eval(StructuredBuffer<uint> weights, float z[NM_LATENTS],
     return neural_material_reflectance(y);
 }}
 {coopvec}"""
+
+
+def generate_material_eval_webgl(spec: NetworkSpec, latents: int, scale, bias, *, directions: str, prefix: str,
+                                 dtype: str = "float16") -> str:
+    """The same evaluation in WebGL2 (GLSL ES 3.00) for a fragment shader, every global name
+    under the bundle's ``prefix``: ``{prefix}_eval(uv, lod, wi, wo)`` samples the latents
+    (``{prefix}_latents``, a sampler2DArray of the latent texture's RGBA8 layers with their
+    mips) and returns BRDF x cos; ``{prefix}_display`` maps it as the manifest's evaluation
+    displays it (Reinhard(pi f), sRGB)."""
+    from bakery.stages.neural_material.objective import IRRADIANCE, NORMAL_EPS, OUTPUT_GAIN, dir_features
+
+    if spec.n_inputs != latents + dir_features(directions):
+        raise ValueError(f"decoder takes {spec.n_inputs} inputs, {latents} latents + {directions!r} directions "
+                         f"make {latents + dir_features(directions)}")
+    P, U, M = prefix, prefix.upper(), f"{prefix}_mlp"
+    mlp = generate(spec, "webgl", dtype=dtype, prefix=M)
+    floats = lambda v: ", ".join(f"{float(x)!r}" for x in v)  # noqa: E731
+    cosines = f"""    vec3 v = vec3(2.0 * z[0] - 1.0, 2.0 * z[1] - 1.0, 2.0 * z[2] - 1.0);
+    vec3 n = v * inversesqrt(dot(v, v) + {NORMAL_EPS!r});
+    inputs[{U}_LATENTS + 9u] = dot(n, wi);
+    inputs[{U}_LATENTS + 10u] = dot(n, wo);
+    inputs[{U}_LATENTS + 11u] = dot(n, h);
+""" if directions == "frame" else ""
+    return mlp + f"""
+// ---- neural material (WebGL2) -----------------------------------------------------------
+// Directions are unit vectors in the surface's tangent frame (z = normal), away from it.
+const uint {U}_LATENTS = {latents}u;
+const float {U}_LATENT_SCALE[{latents}] = float[{latents}]({floats(scale)});
+const float {U}_LATENT_BIAS[{latents}] = float[{latents}]({floats(bias)});
+uniform highp sampler2DArray {P}_latents;
+
+vec3 {P}_eval(vec2 uv, float lod, vec3 wi, vec3 wo)
+{{
+    if (wi.z <= 0.0 || wo.z <= 0.0)
+        return vec3(0.0);
+    float z[{U}_LATENTS];
+    for (uint layer = 0u; layer < {U}_LATENTS / 4u; layer++)
+    {{
+        vec4 s = textureLod({P}_latents, vec3(uv, float(layer)), lod);
+        for (uint c = 0u; c < 4u; c++)
+            z[4u * layer + c] = {U}_LATENT_BIAS[4u * layer + c] + {U}_LATENT_SCALE[4u * layer + c] * s[c];
+    }}
+    float inputs[{M.upper()}_N_INPUTS];
+    for (uint i = 0u; i < {U}_LATENTS; i++)
+        inputs[i] = z[i];
+    vec3 h = normalize(wi + wo);
+    inputs[{U}_LATENTS + 0u] = wi.x;
+    inputs[{U}_LATENTS + 1u] = wi.y;
+    inputs[{U}_LATENTS + 2u] = wi.z;
+    inputs[{U}_LATENTS + 3u] = wo.x;
+    inputs[{U}_LATENTS + 4u] = wo.y;
+    inputs[{U}_LATENTS + 5u] = wo.z;
+    inputs[{U}_LATENTS + 6u] = h.x;
+    inputs[{U}_LATENTS + 7u] = h.y;
+    inputs[{U}_LATENTS + 8u] = h.z;
+{cosines}    float y[{M.upper()}_N_OUTPUTS];
+    {M}_decode(inputs, y);
+    return max(exp(vec3(y[0], y[1], y[2])) - 1.0, vec3(0.0)) / {OUTPUT_GAIN!r};
+}}
+
+vec3 {P}_display(vec3 f)
+{{
+    vec3 r = {float(IRRADIANCE)!r} * f;
+    vec3 x = r / (1.0 + r);
+    return mix(1.055 * pow(max(x, vec3(0.0031308)), vec3(1.0 / 2.4)) - 0.055, 12.92 * x,
+               vec3(lessThanEqual(x, vec3(0.0031308))));
+}}
+"""

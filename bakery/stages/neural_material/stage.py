@@ -24,7 +24,7 @@ from bakery.stages.neural_material.finetune import LatentFinetune, finetune_late
 from bakery.stages.neural_material.material import mip_chain, material_params
 from bakery.stages.neural_material.objective import (DIRECTIONS, LOSSES, NORMAL_EPS, OUTPUT_GAIN,
                                                      MaterialDistillation, held_out_directions, make_stack)
-from bakery.stages.neural_material.shader import generate_material_eval
+from bakery.stages.neural_material.shader import generate_material_eval, generate_material_eval_webgl
 from bakery.stages.base import Stage, StageResult, register
 from bakery.stages.params import AUTO, QUALITY, Param, Presets
 from bakery.materials import ROLES
@@ -206,10 +206,13 @@ class NeuralMaterial(Stage):
         for ext in ("dds", "ktx2"):
             out.write_texture(f"latents.{ext}", fmt, mips, array=True, role="latents",
                               supercompression="zstd" if ext == "ktx2" else "none")
-        out.write_decoder_artifacts(decoder, params=nets["Network"], shaders=("slang", "hlsl"))
+        out.write_decoder_artifacts(decoder, params=nets["Network"], shaders=("slang", "hlsl", "webgl"))
         for lang, ext in (("slang", "slang"), ("hlsl", "hlsl")):
             text = generate_material_eval(decoder, n, scale, bias, lang, directions=directions_mode)
             out.write_bytes(f"material_eval.{ext}", text.encode(), role="shader")
+        out.write_bytes("material_eval.webgl.glsl", generate_material_eval_webgl(
+            decoder, n, scale, bias, directions=directions_mode, prefix=f"{out.symbol_prefix}_material").encode(),
+            role="shader")
         for k in range(min(3, len(directions))):
             j = k * (len(directions) - 1) // 2  # random, in between, near-mirror
             out.write_png(f"preview_{k}.png", preview(teachers[j], students[j]))

@@ -1,22 +1,32 @@
-"""Generated per-texel NTC decoders in Slang, HLSL and GLSL, from one template.
+"""Generated NTC decoders in Slang, HLSL, GLSL and WebGL2 (GLSL ES 3.00), from one template:
+a per-texel decode (inference on sample) and, in Slang, HLSL and GLSL, a compute shader
+that decodes a whole mip level into a texture array (inference on load).
 
 Each fetches the two latent levels a colour mip reads (packed codes from ``latents.bin``
 bound as a uint buffer and filtered bilinearly by hand, exactly as in training; or BC4
 latents from ``latents.dds`` through a bilinear clamp sampler, filtered by the hardware),
 adds the texel position encoding and the LOD, and runs the generated MLP over the
-bundle's ``weights.bin`` (bakery.formats.shadergen). The three languages differ only in
+bundle's ``weights.bin`` (bakery.formats.shadergen). The languages differ only in
 resource declarations and a handful of spellings, filled into the one template below;
-tables (level sizes, offsets) are baked in as ternary chains, which all three accept.
+tables (level sizes, offsets) are baked in as ternary chains, which all four accept.
+Every global name starts with the bundle's symbol prefix (``bk_ntc_bricks_...``), so the
+decoders of several bundles link into one program.
 """
 
 from __future__ import annotations
 
-from bakery.formats.shadergen import generate
+import re
+
+from bakery.formats.shadergen import generate, webgl_word_fetch
 from bakery.nn.network import NetworkSpec
 from bakery.stages.ntc.packing import codes_per_word, word_offsets
 from bakery.stages.ntc.texture_set import LOD_INPUT_SCALE, LatentGridSpec
 
-LANGUAGES = ("slang", "hlsl", "glsl")
+LANGUAGES = ("slang", "hlsl", "glsl", "webgl")
+#: Per-texel decoder file per language (ntc_decode.<ext>).
+EXTENSIONS = {"slang": "slang", "hlsl": "hlsl", "glsl": "glsl", "webgl": "webgl.glsl"}
+#: Languages of the whole-mip compute decoder (ntc_decode_mip.<ext>); WebGL2 has no compute.
+COMPUTE_LANGUAGES = {"slang": "slang", "hlsl": "hlsl", "glsl": "comp"}
 
 
 def _table(name: str, values: list[int]) -> str:
@@ -30,6 +40,15 @@ def _table(name: str, values: list[int]) -> str:
 def _resources(lang: str, mode: str) -> dict:
     """Per-language spellings: function parameters/arguments for the bound resources,
     global declarations (GLSL), the latent fetch and the MLP call."""
+    if lang == "webgl":
+        decl = ("uniform highp usampler2D ntc_latent_words;\n" + webgl_word_fetch("ntc_latent_word", "ntc_latent_words")
+                if mode == "packed" else "uniform highp sampler2DArray ntc_latents;\n")
+        return {"const": "const", "decl": decl, "params": "", "args": "", "mlp": "ntc_mlp_decode(inputs, outputs)",
+                "word": "ntc_latent_word({i})", "sample": "textureLod(ntc_latents, vec3({u}, {v}, float({f})), float({lvl})).r",
+                "bind": "upload weights.bin as an R32UI texture to ntc_mlp_weights and " + (
+                    "latents.bin likewise to ntc_latent_words (texel i = word i, rows in order)" if mode == "packed"
+                    else "latents.dds's BC4 blocks with their mips to ntc_latents (EXT_texture_compression_rgtc; "
+                         "linear, mipmap-nearest, clamp to edge)")}
     if lang == "glsl":
         decl = ("#ifndef NTC_LATENTS_BINDING\n#define NTC_LATENTS_BINDING 1\n#endif\n"
                 + ("layout(std430, binding = NTC_LATENTS_BINDING) readonly buffer ntc_LatentBuffer { uint ntc_latent_words[]; };\n"
@@ -46,8 +65,21 @@ def _resources(lang: str, mode: str) -> dict:
             "bind": "pass weights.bin as a uint buffer and the latents as declared below"}
 
 
+def _prefixed(text: str, prefix: str) -> str:
+    """The template's ``ntc_`` / ``NTC_`` names under the bundle's own prefix."""
+    if prefix == "ntc":
+        return text
+    return re.sub(r"\bNTC_", prefix.upper() + "_", re.sub(r"\bntc_", prefix + "_", text))
+
+
 def generate_ntc_decoder(grid: LatentGridSpec, spec: NetworkSpec, lang: str = "slang", *,
-                         normal_channel: int = -1, dtype: str = "float16") -> str:
+                         normal_channel: int = -1, dtype: str = "float16", prefix: str = "ntc") -> str:
+    """The per-texel decoder ``{prefix}_decode_texel`` in ``lang``; every global name starts
+    with ``prefix`` (the bundle's symbol prefix)."""
+    return _prefixed(_ntc_decoder(grid, spec, lang, normal_channel=normal_channel, dtype=dtype), prefix)
+
+
+def _ntc_decoder(grid: LatentGridSpec, spec: NetworkSpec, lang: str, *, normal_channel: int, dtype: str) -> str:
     if lang not in LANGUAGES:
         raise ValueError(f"unknown shader language {lang!r} (known: {', '.join(LANGUAGES)})")
     r = _resources(lang, grid.mode)
@@ -165,3 +197,77 @@ void ntc_finish(inout float outputs[NTC_MLP_N_OUTPUTS])
         outputs[c] = clamp(outputs[c], 0.0, 1.0);
 }}
 """
+
+
+def generate_ntc_mip_decoder(grid: LatentGridSpec, spec: NetworkSpec, lang: str = "slang", *,
+                             normal_channel: int = -1, dtype: str = "float16", prefix: str = "ntc") -> str:
+    """A complete compute shader (``lang`` in COMPUTE_LANGUAGES) that decodes every texel of
+    one colour mip into a float RGBA texture array: layer l holds channels 4l..4l+3 (the
+    last layer padded with 0), renormalised and clamped as ``{prefix}_finish`` stores them.
+    Run once per mip at load (inference on load); the result can be block-compressed or
+    sampled as is."""
+    if lang not in COMPUTE_LANGUAGES:
+        raise ValueError(f"no compute decoder in {lang!r} (known: {', '.join(COMPUTE_LANGUAGES)})")
+    decoder = _ntc_decoder(grid, spec, lang, normal_channel=normal_channel, dtype=dtype)
+    layers = -(-spec.n_outputs // 4)
+    usage = (f"// ---- NTC whole-mip decode ({lang}): inference on load -------------------------------\n"
+             f"// One thread per texel of colour mip `mip` (a uniform); dispatch ceil(W_L / 8) x ceil(H_L / 8)\n"
+             f"// groups. Writes ntc_output, a float RGBA 2D array of {layers} layers bound at that mip.\n")
+    if lang == "glsl":
+        return _prefixed("#version 450\n" + decoder + usage + f"""
+#ifndef NTC_OUTPUT_BINDING
+#define NTC_OUTPUT_BINDING 2
+#endif
+const uint NTC_OUTPUT_LAYERS = {layers}u;
+layout(local_size_x = 8, local_size_y = 8) in;
+layout(binding = NTC_OUTPUT_BINDING, rgba32f) uniform writeonly image2DArray ntc_output;
+layout(push_constant) uniform ntc_Push {{ uint mip; }} ntc_push;
+
+void main()
+{{
+    uint mip = ntc_push.mip;
+    uvec2 p = gl_GlobalInvocationID.xy;
+    if (p.x >= ntc_mip_width(mip) || p.y >= ntc_mip_height(mip))
+        return;
+    float outputs[NTC_MLP_N_OUTPUTS];
+    ntc_decode_texel(mip, p.x, p.y, outputs);
+    ntc_finish(outputs);
+    for (uint l = 0u; l < NTC_OUTPUT_LAYERS; l++)
+    {{
+        vec4 v = vec4(0.0);
+        for (uint c = 0u; c < 4u; c++)
+            if (4u * l + c < NTC_MLP_N_OUTPUTS)
+                v[c] = outputs[4u * l + c];
+        imageStore(ntc_output, ivec3(int(p.x), int(p.y), int(l)), v);
+    }}
+}}
+""", prefix)
+    packed = grid.mode == "packed"
+    resources = ("StructuredBuffer<uint> ntc_latent_buffer;   // latents.bin\n" if packed else
+                 "Texture2DArray<float> ntc_latent_texture;   // latents.dds\n"
+                 "SamplerState ntc_latent_sampler;   // linear, clamp to edge\n")
+    args = "ntc_weights, ntc_latent_buffer" if packed else "ntc_weights, ntc_latent_texture, ntc_latent_sampler"
+    return _prefixed(decoder + usage + f"""
+static const uint NTC_OUTPUT_LAYERS = {layers}u;
+StructuredBuffer<uint> ntc_weights;   // weights.bin
+{resources}RWTexture2DArray<float4> ntc_output;
+uniform uint ntc_mip;   // the colour mip to decode (HLSL: in $Globals)
+
+[numthreads(8, 8, 1)]
+void ntc_decode_mip(uint3 id : SV_DispatchThreadID)
+{{
+    if (id.x >= ntc_mip_width(ntc_mip) || id.y >= ntc_mip_height(ntc_mip))
+        return;
+    float outputs[NTC_MLP_N_OUTPUTS];
+    ntc_decode_texel({args}, ntc_mip, id.x, id.y, outputs);
+    ntc_finish(outputs);
+    for (uint l = 0u; l < NTC_OUTPUT_LAYERS; l++)
+    {{
+        float4 v = float4(0.0, 0.0, 0.0, 0.0);
+        for (uint c = 0u; c < 4u; c++)
+            if (4u * l + c < NTC_MLP_N_OUTPUTS)
+                v[c] = outputs[4u * l + c];
+        ntc_output[uint3(id.x, id.y, l)] = v;
+    }}
+}}
+""", prefix)

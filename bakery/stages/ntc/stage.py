@@ -21,7 +21,8 @@ from bakery.stages.base import Stage, StageResult, register
 from bakery.stages.ntc import bc4, packing
 from bakery.stages.ntc.manifest import ntc_section
 from bakery.stages.ntc.rate import choose, ladder
-from bakery.stages.ntc.shader import LANGUAGES, generate_ntc_decoder
+from bakery.stages.ntc.shader import COMPUTE_LANGUAGES, EXTENSIONS, LANGUAGES, generate_ntc_decoder, \
+    generate_ntc_mip_decoder
 from bakery.stages.ntc.texture_set import LATENT_BITS, LATENT_MODES
 from bakery.stages.ntc.training import SetTraining
 from bakery.stages.params import AUTO, QUALITY, Param, Presets
@@ -163,6 +164,12 @@ class NeuralTextureCompression(Stage):
         baseline = training.bcn_at(point.bpp) if params["baseline"] or params["weighting"] != "uniform" else None
         mip_images = trained.decode_mips(material.normal_channel)
         files = self._write(ctx.out, trained, material, mip_images, params)
+        if params["baseline"]:   # what the viewer shows beside the decode: the source and BCn at mip 0
+            for role, image in material.split(material.image).items():
+                ctx.out.write_png(f"source_{role}.png", image, role="reference")
+            for role, image in training.bcn_images(point.bpp).items():
+                ctx.out.write_png(f"baseline_{role}.png", image, role="baseline")
+            files["references"] = {"source": "source_{role}.png", "baseline": "baseline_{role}.png"}
         section = ntc_section(trained, material, mip_images, files, params, baseline=baseline, tried=tried,
                               role_weights=training.role_weights(point, trained.steering),
                               device_class=params.device_class)
@@ -190,14 +197,18 @@ class NeuralTextureCompression(Stage):
         for role, image in material.split(trained.decoded).items():
             out.write_png(f"preview_{role}.png", image)
         out.write_decoder_artifacts(point.network, params=net_params, shaders=LANGUAGES)
-        for lang in LANGUAGES:
-            out.write_bytes(f"ntc_decode.{lang}", generate_ntc_decoder(grid, point.network, lang,
-                                                                          normal_channel=material.normal_channel).encode(),
+        decoders = {lang: f"ntc_decode.{ext}" for lang, ext in EXTENSIONS.items()}
+        mip_decoders = {lang: f"ntc_decode_mip.{ext}" for lang, ext in COMPUTE_LANGUAGES.items()}
+        shader_kw = dict(normal_channel=material.normal_channel, prefix=out.symbol_prefix)
+        for lang, name in decoders.items():
+            out.write_bytes(name, generate_ntc_decoder(grid, point.network, lang, **shader_kw).encode(), role="shader")
+        for lang, name in mip_decoders.items():
+            out.write_bytes(name, generate_ntc_mip_decoder(grid, point.network, lang, **shader_kw).encode(),
                             role="shader")
         if params["transcode"] == "bcn":
             self._transcode(out, [material.split(np.clip(im, 0, 1)) for im in mip_images])
-        return {"latents": latent_file, "weights": "weights.bin",
-                "decoders": {lang: f"ntc_decode.{lang}" for lang in LANGUAGES}}
+        return {"latents": latent_file, "weights": "weights.bin", "decoders": decoders, "mip_decoders": mip_decoders,
+                "symbol_prefix": out.symbol_prefix}
 
     @staticmethod
     def _transcode(out, mips: list[dict]) -> None:

@@ -61,13 +61,20 @@ class SetTraining:
         self.config = TrainConfig(steps=params["steps"], batch=params["batch"], optimizer=Adam(lr=params["lr"]),
                                   schedule="cosine", seed=ctx.seed)
         self.freeze_step = self.config.steps - int(FREEZE_FRACTION * self.config.steps)
-        self._bcn: dict[float, dict] = {}
+        self._bcn: dict[float, tuple[dict, dict]] = {}
 
     def bcn_at(self, bpp: float) -> dict:
         """The BCn shipping set and its comparison at ``bpp``'s bytes (one encode per rate)."""
+        return self._bcn_encode(bpp)[0]
+
+    def bcn_images(self, bpp: float) -> dict[str, np.ndarray]:
+        """The BCn shipping set at full resolution, decoded as a shader reads it, by role."""
+        return self._bcn_encode(bpp)[1]
+
+    def _bcn_encode(self, bpp: float) -> tuple[dict, dict]:
         if bpp not in self._bcn:
             from bakery.baselines.material import baseline_report
-            self._bcn[bpp] = baseline_report(self.textures, neural_bpp=bpp)
+            self._bcn[bpp] = baseline_report(self.textures, neural_bpp=bpp, return_images=True)
         return self._bcn[bpp]
 
     def role_weights(self, point: RatePoint, steering: MarginSteering | None) -> dict[str, float]:

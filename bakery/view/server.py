@@ -1,0 +1,211 @@
+"""``bakery view OUT``: a local web page that draws every bundle under OUT with three.js.
+
+The server binds 127.0.0.1 on a free port and serves only: the page (bakery/view/static),
+three.js from the npm install beside the package (package.json pins it; nothing is
+fetched at run time), the bundle list with metrics, and the files each bundle's manifest
+lists (checked against the manifest's sha256 when the bundle is read; never a path outside
+that bundle, never through a link). Textures (DDS/KTX2) are served decoded, level by level,
+as raw RGBA8 (``/level/...``): browsers have no DDS loader, and the page uploads each level
+as the engine would, without regenerating mips.
+"""
+
+from __future__ import annotations
+
+import json
+import mimetypes
+import threading
+from dataclasses import dataclass
+from functools import partial
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import numpy as np
+
+STATIC = Path(__file__).resolve().parent / "static"
+#: The page's stylesheet and scripts, and the three.js files it imports.
+VENDOR = {"three": ("three", "build"), "three-addons": ("three", "examples", "jsm")}
+
+
+def node_modules() -> Path | None:
+    """``node_modules`` of the checkout (``npm ci`` in scripts/setup.sh), if installed."""
+    root = Path(__file__).resolve().parents[2]
+    folder = root / "node_modules"
+    return folder if (folder / "three" / "build" / "three.module.js").is_file() else None
+
+
+@dataclass
+class ViewedBundle:
+    id: str
+    path: Path
+    manifest: dict
+
+    def summary(self) -> dict:
+        m = self.manifest
+        return {"id": self.id, "type": m["stage"]["type"], "stage": self.id.split("/")[0],
+                "asset": "/".join(self.id.split("/")[1:]), "metrics": m.get("metrics", {}),
+                "files": {f["name"]: f["role"] for f in m["files"]}, "manifest": m}
+
+
+def find_bundles(out: Path) -> tuple[list[ViewedBundle], list[str]]:
+    """Every verified bundle under ``out`` (``<stage>/<asset>/manifest.json``, any depth);
+    also one line per folder that is not a readable bundle."""
+    from bakery.formats.errors import BundleError
+    from bakery.formats.reader import read_bundle
+
+    bundles, problems = [], []
+    for manifest in sorted(out.rglob("manifest.json")):
+        folder = manifest.parent
+        rel = folder.relative_to(out)
+        if any(p.startswith(".") for p in rel.parts) or any(p.is_symlink() for p in [folder, *folder.parents][:len(rel.parts)]):
+            continue   # staging folders and links bakery did not make
+        try:
+            b = read_bundle(folder)
+        except BundleError as e:
+            problems.append(str(e))
+            continue
+        bundles.append(ViewedBundle(rel.as_posix(), folder, b.manifest))
+    return bundles, problems
+
+
+def texture_levels(path: Path) -> dict:
+    """A DDS/KTX2 file as raw RGBA8 levels: {width, height, layers, format, srgb, levels:
+    [[bytes per layer]]}. BCn decodes through bakery.baselines.bcn."""
+    from bakery.formats.dds import read_dds
+    from bakery.formats.ktx2 import read_ktx2
+
+    data = path.read_bytes()
+    tex = read_dds(data) if path.suffix.lower() == ".dds" else read_ktx2(data)
+    levels = []
+    for mip, surfaces in enumerate(tex.levels):
+        h, w = tex.level_shape(mip)
+        layers = []
+        for layer in range(len(surfaces)):
+            layers.append(_rgba8(tex, mip, layer, w, h).tobytes())
+        levels.append(layers)
+    return {"width": tex.width, "height": tex.height, "layers": tex.layer_count, "format": tex.format.name,
+            "srgb": tex.format.srgb, "levels": levels}
+
+
+def _rgba8(tex, mip: int, layer: int, w: int, h: int) -> np.ndarray:
+    fmt = tex.format
+    if fmt.compressed:
+        from bakery.baselines import bcn
+        codec = fmt.name.split("_")[0]
+        img = bcn.decode(tex.levels[mip][layer], codec, w, h, channels=4 if codec in ("bc1", "bc7") else None)
+        img = (img * 255.0 + 0.5).astype(np.uint8)
+    else:
+        img = tex.array(mip, layer)
+        if img.dtype != np.uint8:   # half floats: clamp to [0, 1] for display
+            img = (np.clip(img.astype(np.float32), 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
+    out = np.zeros((h, w, 4), np.uint8)
+    out[..., 3] = 255
+    c = img.shape[2]
+    out[..., :min(c, 4)] = img[..., :4]
+    if c == 1:
+        out[..., 1] = out[..., 2] = out[..., 0]
+    return out
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "bakery-view"
+
+    def __init__(self, *args, app: "ViewApp", **kwargs):
+        self.app = app
+        super().__init__(*args, **kwargs)
+
+    def log_message(self, fmt, *args):   # the console stays quiet; the page shows errors
+        pass
+
+    def do_GET(self):
+        path = unquote(urlparse(self.path).path)
+        try:
+            found = self.app.resolve(path)
+        except PermissionError:
+            return self.send_error(403)
+        if found is None:
+            return self.send_error(404)
+        body, kind = found
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class ViewApp:
+    """What the page can ask for, by URL path."""
+
+    def __init__(self, out: Path):
+        self.out = Path(out)
+        self.bundles, self.problems = find_bundles(self.out)
+        self.by_id = {b.id: b for b in self.bundles}
+        self.modules = node_modules()
+
+    def resolve(self, path: str) -> tuple[bytes, str] | None:
+        if path in ("/", "/index.html"):
+            return (STATIC / "index.html").read_bytes(), "text/html; charset=utf-8"
+        if path == "/api/bundles.json":
+            doc = {"out": self.out.name, "bundles": [b.summary() for b in self.bundles], "problems": self.problems}
+            return json.dumps(doc).encode(), "application/json"
+        head, _, rest = path.lstrip("/").partition("/")
+        if head == "static":
+            return self._file(STATIC, rest)
+        if head in VENDOR:
+            if self.modules is None:
+                return None
+            return self._file(self.modules.joinpath(*VENDOR[head]), rest)
+        if head in ("bundle", "level"):
+            b = next((b for b in self.bundles if rest.startswith(b.id + "/")), None)
+            name = rest[len(b.id) + 1:] if b is not None else ""
+            if b is None or name not in {f["name"] for f in b.manifest["files"]}:
+                return None   # only what the manifest lists (names checked by read_bundle)
+            file = b.path / name
+            if file.is_symlink() or file.parent.is_symlink() or not file.is_file():
+                raise PermissionError(name)
+            if head == "bundle":
+                return file.read_bytes(), mimetypes.guess_type(name)[0] or "application/octet-stream"
+            return _pack_levels(texture_levels(file)), "application/octet-stream"
+        return None
+
+    @staticmethod
+    def _file(root: Path, rel: str) -> tuple[bytes, str] | None:
+        if not rel or any(p in ("", ".", "..") for p in rel.split("/")):
+            return None
+        file = root / rel
+        if file.is_symlink() or not file.is_file():
+            return None
+        kind = "text/javascript" if file.suffix == ".js" else mimetypes.guess_type(file.name)[0] or "text/plain"
+        return file.read_bytes(), kind
+
+
+def _pack_levels(doc: dict) -> bytes:
+    """One response for a texture: a 4-byte length, the JSON header (sizes, format), then
+    every level's layers as RGBA8, level by level."""
+    levels = doc.pop("levels")
+    header = json.dumps(dict(doc, level_bytes=[[len(s) for s in layers] for layers in levels])).encode()
+    return len(header).to_bytes(4, "little") + header + b"".join(s for layers in levels for s in layers)
+
+
+class ViewServer:
+    """The page's HTTP server on 127.0.0.1 and a free port, in a background thread."""
+
+    def __init__(self, out: Path, *, port: int = 0):
+        self.app = ViewApp(out)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), partial(_Handler, app=self.app))
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}/"
+
+    def __enter__(self) -> "ViewServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
