@@ -184,6 +184,25 @@ def _timed(device, seconds: float):
     return device
 
 
+@main.command("inspect-inputs")
+@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--normal-convention", type=click.Choice(["gl", "dx"]), default=None,
+              help="how the normal maps are stored (default: from their names, else OpenGL)")
+def inspect_inputs(folder, normal_convention):
+    """Show which file and channel each role of a material FOLDER (or of each material
+    folder inside it) is read from, as `material = "..."` would read it."""
+    from bakery.naming import describe_folder, detect_roles, suffix_of
+
+    folder = folder.resolve()
+    own = [p for p in folder.iterdir() if p.is_file() and suffix_of(p)]
+    subs = sorted(d for d in folder.iterdir() if d.is_dir() and not d.name.startswith("."))
+    for d in ([folder] if own or not subs else subs):
+        found = detect_roles(d, normal_convention=normal_convention)
+        click.echo(f"{d.name}:")
+        for line in describe_folder(d, found):
+            click.echo(line)
+
+
 def _register_subsystem_commands() -> None:
     from bakery.formats.cli import inspect_cmd, verify_cmd
     from bakery.pipeline.cli import bake_cmd, clean_cmd

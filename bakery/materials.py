@@ -1,11 +1,14 @@
 """Texture roles and material texture sets: the one table of what a role is.
 
-A pipeline asset names its files by role (``image``, ``albedo``, ``normal``, ...); a
-material folder's files are matched to roles by stem. Stages that read a whole material
-stack its textures as one multi-channel image, in the table's role order, so a decoder's
-outputs map to textures the same way in every bundle. Colour (albedo) stays in its sRGB
-storage space: a loss compares what the engine will sample. Normals are 3 channels in
-[0, 1] storage space, renormalised after decoding.
+A pipeline asset names its files by role (``image``, ``albedo``, ``normal``, ...), each
+a :class:`Binding` (which file, which channels, which normal convention; a material
+folder's come from its file names, bakery.naming). :func:`load_textures` is the one
+reader every material stage uses: packed maps split, normals in OpenGL convention under
+one policy (:func:`unit_normals`). Stages that read a whole material stack its textures
+as one multi-channel image (:func:`load_material`), in the table's role order, so a
+decoder's outputs map to textures the same way in every bundle. Colour (albedo) stays in
+its sRGB storage space: a loss compares what the engine will sample. Normals are 3
+channels in [0, 1] storage space.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import numpy as np
 
 from bakery.errors import UsageError
 from bakery.formats.images import load_image
+
 
 @dataclass(frozen=True)
 class Role:
@@ -40,6 +44,80 @@ ROLES = {name: r.channels for name, r in ROLE_TABLE.items() if r.in_material_set
 #: Roles authored in sRGB.
 SRGB_ROLES = tuple(name for name, r in ROLE_TABLE.items() if r.srgb)
 MAX_CHANNELS = 16
+#: Normal map conventions: OpenGL (+Y, glTF, MaterialX, Blender, Unity) is the one bakery
+#: works in; DirectX (-Y, Unreal, 3ds Max) is converted on load by flipping green.
+NORMAL_CONVENTIONS = ("gl", "dx")
+_CHANNEL_INDEX = {"r": 0, "g": 1, "b": 2, "a": 3}
+
+
+@dataclass(frozen=True)
+class Binding:
+    """Where one role is read from: a file, which of its channels (``""``: the role's
+    default ones), inverted or not (HDRP smoothness as roughness), and for a normal map
+    its convention. An asset's ``files`` carry bindings as keys, ``role`` or
+    ``role.CHANNELS[.inverted][.dx]`` (:meth:`key`), so the cache key, the planner and the
+    workers see them as they see any role."""
+
+    role: str
+    path: Path
+    channels: str = ""
+    invert: bool = False
+    convention: str = "gl"
+
+    @classmethod
+    def parse(cls, key: str, path: Path) -> "Binding":
+        role, *rest = key.split(".")
+        fields: dict = {}
+        for token in rest:
+            if token == "inverted":
+                fields["invert"] = True
+            elif token in NORMAL_CONVENTIONS:
+                fields["convention"] = token
+            elif token and all(ch in _CHANNEL_INDEX for ch in token):
+                fields["channels"] = token
+            else:
+                raise UsageError(f"{token!r} in {key!r} is not a channel selection (letters of rgba), "
+                                 f"'inverted' or a normal convention ({', '.join(NORMAL_CONVENTIONS)})", key=key)
+        return cls(role, Path(path), **fields)
+
+    def key(self) -> str:
+        parts = [self.role, self.channels, "inverted" if self.invert else "",
+                 self.convention if self.convention != "gl" else ""]
+        return ".".join(p for p in parts if p)
+
+    def with_convention(self, convention: str) -> "Binding":
+        if convention not in NORMAL_CONVENTIONS:
+            raise UsageError(f"normal convention {convention!r}: expected one of {', '.join(NORMAL_CONVENTIONS)}",
+                             key="normal_convention")
+        return Binding(self.role, self.path, self.channels, self.invert, convention if self.role == "normal" else "gl")
+
+    def describe(self, folder: Path | None = None) -> str:
+        """``1 - file.png.a`` as messages and ``inspect-inputs`` show it."""
+        name = self.path.name if folder is not None and self.path.parent == Path(folder).resolve() else str(self.path)
+        text = f"{name}.{self.channels}" if self.channels else name
+        return f"1 - {text}" if self.invert else text
+
+
+def bindings(files: Mapping[str, Path]) -> dict[str, Binding]:
+    """An asset's ``files`` (binding keys -> paths) as role -> Binding; one role twice is
+    an error naming both."""
+    out: dict[str, Binding] = {}
+    for key, path in files.items():
+        b = Binding.parse(key, path)
+        if b.role in out:
+            raise UsageError(f"role {b.role!r} is given twice: {out[b.role].describe()} and {b.describe()}", key=key)
+        out[b.role] = b
+    return out
+
+
+def binding_role(key: str) -> str:
+    """The role of a binding key (``roughness.g`` -> ``roughness``)."""
+    return key.split(".")[0]
+
+
+def role_names(files: Mapping[str, Path]) -> set[str]:
+    """The roles an asset's ``files`` give (binding keys without their selections)."""
+    return {binding_role(key) for key in files}
 
 
 @dataclass(frozen=True)
@@ -127,27 +205,38 @@ class Textures:
 
 def load_textures(files: Mapping[str, Path], roles: Sequence[str] | None = None) -> Textures:
     """The one material reader: each role's texture (of ``roles``, default every
-    material-set role) from its file, checked. All must share one size: resampling would
-    silently change what the artist authored, so a mismatch is an error naming both.
-    Normals follow :func:`unit_normals`: texels off unit length are renormalised (and
-    counted), texels without a direction refused."""
-    roles = tuple(ROLES) if roles is None else tuple(roles)
-    unknown = sorted(set(files) - set(ROLES))
+    material-set role) from its :class:`Binding`, in the role's channel count, checked.
+
+    Packed maps are split by channel; a DirectX normal map is turned OpenGL (green
+    flipped), a two-channel one (RG, as BC5 stores it) gets Z rebuilt, and texels off unit
+    length are renormalised and counted (:func:`unit_normals`). An alpha channel in the
+    albedo becomes ``opacity`` when the set has none. All textures must share one size:
+    resampling would silently change what the artist authored, so a mismatch is an error
+    naming both.
+    """
+    wanted = tuple(ROLES) if roles is None else tuple(roles)
+    given = bindings(files)
+    unknown = sorted(set(given) - set(ROLES))
     if unknown:
         raise UsageError(f"unknown texture role(s) {', '.join(unknown)} (known: {', '.join(ROLES)})", key="inputs")
+    read: dict[Path, np.ndarray] = {}
+
+    def image(b: Binding) -> np.ndarray:
+        if b.path not in read:
+            read[b.path] = load_image(b.path, key=b.role)
+        return read[b.path]
+
+    if "albedo" in given and "opacity" not in given and "opacity" in wanted and not given["albedo"].channels:
+        if image(given["albedo"]).shape[2] in (2, 4):  # LA or RGBA: the alpha is the opacity
+            given["opacity"] = Binding("opacity", given["albedo"].path, "a" if read[given["albedo"].path].shape[2] == 4
+                                       else "g")
     maps, sources, first, off = {}, {}, None, 0
     for role in ROLES:
-        if role not in files or role not in roles:
+        if role not in given or role not in wanted:
             continue
-        where = str(files[role])
-        img = load_image(files[role], key=role)
-        want = ROLES[role]
-        if want == 1:
-            img = img[..., :1]
-        elif want == 3:
-            if img.shape[2] < 3:
-                raise UsageError(f"{role} needs 3 channels, the file has {img.shape[2]}", where=where, key=role)
-            img = img[..., :3]
+        b = given[role]
+        where = b.describe()
+        img = _select(image(b), b, where)
         if first is None:
             first = (role, img.shape[:2])
         elif img.shape[:2] != first[1]:
@@ -158,6 +247,59 @@ def load_textures(files: Mapping[str, Path], roles: Sequence[str] | None = None)
             img, off = _normal_policy(img, where)
         maps[role], sources[role] = img, where
     return Textures(maps, sources, off)
+
+
+def _select(img: np.ndarray, b: Binding, where: str) -> np.ndarray:
+    """The channels ``b`` names, as many as its role keeps, in OpenGL convention."""
+    have = img.shape[2]
+    if b.channels:
+        missing = [ch for ch in b.channels if _CHANNEL_INDEX[ch] >= have]
+        if missing:
+            raise UsageError(f"channel {missing[0]} asked for {b.role}, the file has {have} channel(s)",
+                             where=where, key=b.role)
+        img = img[..., [_CHANNEL_INDEX[ch] for ch in b.channels]]
+    want = ROLES[b.role]
+    if b.role == "normal":
+        img = _normal_xyz(img, where)
+        if b.convention == "dx":
+            img = img.copy()
+            img[..., 1] = complement(img[..., 1])
+    elif want == 1:
+        img = img[..., :1]
+    elif want == 3:
+        if img.shape[2] < 3:
+            raise UsageError(f"{b.role} needs 3 channels, the file has {img.shape[2]}", where=where, key=b.role)
+        img = img[..., :3]
+    elif img.shape[2] in (2, 4) and not b.channels:  # albedo: its alpha is opacity, not colour
+        img = img[..., :img.shape[2] - 1]
+    if b.invert:
+        img = complement(img)
+    return np.ascontiguousarray(img, np.float32)
+
+
+def complement(values: np.ndarray) -> np.ndarray:
+    """``1 - values``, exact on the 8- or 16-bit grid the values were stored on: a
+    DirectX map's flipped green (or HDRP smoothness turned roughness) equals, bit for
+    bit, what the OpenGL twin (the roughness map) reads as."""
+    values = np.asarray(values, np.float32)
+    for q in (255, 65535):
+        k = np.rint(values * q)
+        if np.array_equal((k / q).astype(np.float32), values):
+            return ((q - k) / q).astype(np.float32)
+    return (1.0 - values).astype(np.float32)
+
+
+def _normal_xyz(img: np.ndarray, where: str) -> np.ndarray:
+    """Three storage-space channels: XYZ as stored, or XY with Z = sqrt(1 - x^2 - y^2)
+    rebuilt (BC5-style two-channel maps; an L+A file counts as two channels)."""
+    if img.shape[2] >= 3:
+        return img[..., :3]
+    if img.shape[2] != 2:
+        raise UsageError(f"normal map has {img.shape[2]} channel(s); expected RGB = XYZ or RG = XY encoded as "
+                         "n * 0.5 + 0.5", where=where, key="normal")
+    xy = img * 2.0 - 1.0
+    z = np.sqrt(np.clip(1.0 - (xy * xy).sum(-1, keepdims=True), 0.0, None))
+    return np.concatenate([img, z * 0.5 + 0.5], -1)
 
 
 def _normal_policy(stored: np.ndarray, where: str) -> tuple[np.ndarray, int]:

@@ -6,7 +6,8 @@
 #   bash bench/all.sh NAME[:SECONDS] ...
 #
 # NAME: suite | mipmap | fit | procedural | train_texture | ntc | ntc_scatter | ntc_updates | ntc_touched |
-#       ntc_repeat | ntc_options | backward_anatomy | neural_material | runners | scale | determinism
+#       ntc_repeat | ntc_options | backward_anatomy | neural_material | runners | scale | determinism |
+#       studio_library
 # Prepare the machine first (see README): source .device/setup.sh and install .whl/*.whl.
 set -u
 cd "$(dirname "$0")/.."
@@ -57,6 +58,8 @@ command_of() {
     scale)           echo "python3 bench/scale.py --device vulkan --gpus 1" ;;
     # the default pipeline baked twice locally (--verify-determinism) and once through Ray, byte for byte
     determinism)     echo "python3 bench/determinism.py --device vulkan --ray --out bench/out/determinism.json" ;;
+    # a 4096^2 six-map set in Unreal's naming and packing through ntc, mipmap, neural_material
+    studio_library)  echo "python3 bench/studio_library.py --device vulkan" ;;
     *)               return 1 ;;
   esac
 }

@@ -1,7 +1,7 @@
 """Benchmark: designs of the CoopVec weight-gradient reduction, for correctness and speed.
 
 Each variant (bakery.nn.parameters.CoopVecReduction: workgroup size, persistent
-workgroup count, per-workgroup fp32 slices or fp32 atomics) trains the reference job of
+workgroup count, per-workgroup fp32 slices or 64-bit fixed-point atomics) trains the reference job of
 bench/train_texture.py (12 -> 3 x 64 ReLU -> 3, batch 2^18 by default) and reports
   - the relative error of its gradient against the float64 reference, per layer,
     on one batch (the first step's samples);

@@ -174,6 +174,24 @@ class NoisyStage(Stage):
 
 
 @register
+class DiesAgainStage(Stage):
+    """Bakes in the bake's own process and kills the process of any second bake (a driver
+    crash in the verifying process): --verify-determinism must say so in one line."""
+
+    type_name = "test_dies_again"
+    version = "1"
+    uses_device = False
+
+    def run(self, ctx, inputs, params):
+        import multiprocessing
+
+        if multiprocessing.parent_process() is not None:
+            os._exit(3)
+        ctx.out.write_json("stable.json", {"asset": inputs[0].name})
+        return StageResult()
+
+
+@register
 class ListStage(Stage):
     """Reads a text file naming other files, one per line: an asset that refers to files
     (as a fit spec does), through the ``referenced_files`` hook and a role of its own."""

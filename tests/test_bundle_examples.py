@@ -51,6 +51,31 @@ def test_unreal_script_checks_a_real_bundle(bundle, monkeypatch):
     assert manifest["stage"]["type"] == "fit"
 
 
+def test_unreal_script_reads_no_file_outside_the_bundle(bundle, tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setitem(sys.modules, "unreal", types.ModuleType("unreal"))
+    spec = importlib.util.spec_from_file_location("unreal_import_bundle", ENGINES / "unreal_import_bundle.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(b"not the bundle's")
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    for name in ("../secret.bin", str(secret)):
+        manifest["files"][0]["name"] = name
+        (bundle / "manifest.json").write_text(json.dumps(manifest))
+        with pytest.raises(RuntimeError, match="outside the bundle"):
+            mod.verify(str(bundle))
+    manifest["files"][0]["name"] = "linked.bin"
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    try:
+        (bundle / "linked.bin").symlink_to(secret)
+    except OSError:
+        pytest.skip("no symlinks here")
+    with pytest.raises(RuntimeError, match="a link"):
+        mod.verify(str(bundle))
+
+
 def test_unity_manifest_regex_matches_writer_output(bundle):
     cs = (ENGINES / "Unity" / "Editor" / "BakeryWeightsImporter.cs").read_text()
     literal = re.search(r'Regex\.Match\(json, "(.*?)" \+ name \+ "(.*?)"\);', cs)

@@ -50,6 +50,20 @@ def test_a_nondeterministic_stage_exits_1_naming_task_and_file(project):
     assert CliRunner().invoke(bake_cmd, ["pipeline.toml", "--force"]).exit_code == 0
 
 
+def test_a_second_bake_whose_process_dies_fails_in_one_line(project):
+    (project / "pipeline.toml").write_text(BASIC_TOML + '\n[stages.dies]\ntype = "test_dies_again"\n'
+                                                        'inputs = ["photos"]\n')
+    r = CliRunner().invoke(bake_cmd, ["pipeline.toml", "--verify-determinism", "--only", "dies"])
+    assert r.exit_code == 1, r.output
+    assert "dies/photos/a: the second bake's process died" in r.stderr and "Traceback" not in r.output
+
+
+def test_a_dry_run_cannot_verify(project):
+    r = CliRunner().invoke(bake_cmd, ["pipeline.toml", "--verify-determinism", "--dry-run"])
+    assert r.exit_code == 2 and "--verify-determinism: bakes every task a second time" in r.stderr, r.output
+    assert not (project / "out").exists()
+
+
 def test_first_difference_names_missing_and_extra_files():
     a = {"x.bin": [1, "aa"], "y.bin": [1, "bb"]}
     assert first_difference(a, dict(a)) is None

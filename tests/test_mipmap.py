@@ -75,11 +75,18 @@ def test_chain_geometry_packs_levels_one_after_another():
     assert MipChain.for_size(64, 64, levels=2).deepest == 2
 
 
-@pytest.mark.parametrize("w,h", [(48, 48), (64, 40), (4, 4)])
+@pytest.mark.parametrize("w,h", [(49, 48), (64, 39), (4, 4)])
 def test_size_policy_refuses_what_cannot_halve_exactly(w, h):
     with pytest.raises(UsageError, match="normal") as e:
         check_size(w, h, where="m/normal.png", key="normal")
     assert "m/normal.png" in e.value.one_line()
+
+
+def test_non_power_of_two_sizes_train_the_levels_that_halve_exactly():
+    c = MipChain.for_size(1000, 600)                   # 1000 = 125 * 2^3, 600 = 75 * 2^3
+    assert c.deepest == 3 and c.shape(3) == (75, 125)
+    assert MipChain.for_size(48, 40).deepest == 3      # 48x40 -> 24x20 -> 12x10 -> 6x5
+    assert MipChain.for_size(96, 96).deepest == 4      # ends at a smaller side of 6 (>= 4)
 
 
 def test_filters_widen_the_lobe_only_where_normals_spread():
@@ -261,8 +268,8 @@ def _no_direction(size):
 
 
 @pytest.mark.parametrize("case,normal,message", [
-    ("npot", _bumpy(24), "not a power of two"),
-    ("rect_npot", np.ascontiguousarray(_bumpy(32)[:20]), "not a power of two"),
+    ("odd", _bumpy(25), "has an odd side"),
+    ("rect_odd", np.ascontiguousarray(_bumpy(32)[:21]), "has an odd side"),
     ("tiny", _bumpy(4), "too small"),
     ("no_direction", _no_direction(16), r"1 texel\(s\) have no direction \(first at x=5, y=3"),
 ])

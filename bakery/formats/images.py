@@ -1,4 +1,5 @@
-"""Source image reading and preview writing (PNG/JPEG/TGA/... through Pillow)."""
+"""Source image reading and preview writing: PNG (8/16-bit), JPEG, TGA, TIFF through
+Pillow; OpenEXR (height and displacement maps) through the OpenEXR library."""
 
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ def load_image(path: str | Path, *, key: str | None = None) -> np.ndarray:
     path = Path(path)
     if not path.is_file():
         raise UsageError("file not found", where=str(path), key=key)
+    if path.suffix.lower() == ".exr":
+        return _load_exr(path, key)
     try:
         with Image.open(path) as im:
             if im.width > MAX_SIDE or im.height > MAX_SIDE:
@@ -59,6 +62,43 @@ def load_image(path: str | Path, *, key: str | None = None) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
+#: OpenEXR channel names in the order bakery stacks them (a single channel of another name,
+#: such as ``Y`` or ``Z``, reads as one grey channel).
+_EXR_ORDER = ("R", "G", "B", "A")
+
+
+def _load_exr(path: Path, key: str | None) -> np.ndarray:
+    """An OpenEXR image as float32 [H, W, C]: its values as stored (a height map in
+    metres stays in metres), RGBA channels in that order or its one channel."""
+    import OpenEXR
+
+    try:
+        with OpenEXR.File(str(path), separate_channels=True) as f:
+            channels = {name: np.asarray(c.pixels, np.float32) for name, c in f.channels().items()}
+    except Exception as e:  # the binding raises plain Exceptions for damaged files
+        raise UsageError(f"cannot read OpenEXR image ({type(e).__name__}: {e})", where=str(path), key=key) from None
+    names = [n for n in _EXR_ORDER if n in channels] or sorted(channels)[:1]
+    if not names:
+        raise UsageError("OpenEXR image has no channels", where=str(path), key=key)
+    a = np.stack([channels[n] for n in names], -1)
+    if a.shape[0] > MAX_SIDE or a.shape[1] > MAX_SIDE:
+        raise UsageError(f"image is {a.shape[1]}x{a.shape[0]}; bakery reads at most {MAX_SIDE} per side",
+                         where=str(path), key=key)
+    if not np.isfinite(a).all():
+        raise UsageError("OpenEXR image holds non-finite values (inf or NaN)", where=str(path), key=key)
+    return np.ascontiguousarray(a)
+
+
+def _exr_size(path: Path, key: str | None) -> tuple[int, int]:
+    import OpenEXR
+
+    try:
+        (x0, y0), (x1, y1) = OpenEXR.File(str(path), header_only=True).header()["dataWindow"]
+    except Exception as e:  # the binding raises plain Exceptions for damaged files
+        raise UsageError(f"cannot read OpenEXR image ({type(e).__name__}: {e})", where=str(path), key=key) from None
+    return int(x1 - x0 + 1), int(y1 - y0 + 1)
+
+
 def image_size(path: str | Path, *, key: str | None = None) -> tuple[int, int]:
     """``(width, height)`` of an image from its header alone (the planner sizes presets
     by it without decoding); the same one-line errors as :func:`load_image`."""
@@ -67,6 +107,8 @@ def image_size(path: str | Path, *, key: str | None = None) -> tuple[int, int]:
     path = Path(path)
     if not path.is_file():
         raise UsageError("file not found", where=str(path), key=key)
+    if path.suffix.lower() == ".exr":
+        return _exr_size(path, key)
     try:
         with Image.open(path) as im:
             return im.width, im.height

@@ -80,20 +80,15 @@ def generate(spec: NetworkSpec, lang: str = "slang", *, dtype: str = "float16", 
     out += [f"{const} uint {U}_N_INPUTS = {spec.n_inputs}u;",
             f"{const} uint {U}_N_OUTPUTS = {spec.n_outputs}u;", ""]
     buf_param, buf_arg = ("", "") if glsl or webgl else ("StructuredBuffer<uint> weights, ", "weights, ")
-    if webgl:
-        out += [f"uniform highp usampler2D {P}_weights;", "", webgl_word_fetch(f"{P}_word", f"{P}_weights")]
-        word = f"{P}_word(index >> 1u)" if item == 2 else f"{P}_word(index)"
-        if item == 2:
-            load = [f"float {P}_load(uint index)", "{",
-                    f"    vec2 pair = unpackHalf2x16({word});",
-                    "    return (index & 1u) != 0u ? pair.y : pair.x;", "}"]
+    if glsl or webgl:
+        if webgl:   # WebGL2 has no storage buffers: the words live in an integer texture
+            out += [f"uniform highp usampler2D {P}_weights;", "", webgl_word_fetch(f"{P}_word", f"{P}_weights")]
+            word = f"{P}_word(index >> 1u)" if item == 2 else f"{P}_word(index)"
         else:
-            load = [f"float {P}_load(uint index)", "{", f"    return uintBitsToFloat({word});", "}"]
-    elif glsl:
-        out += [f"#ifndef {U}_WEIGHTS_BINDING", f"#define {U}_WEIGHTS_BINDING 0", "#endif",
-                f"layout(std430, binding = {U}_WEIGHTS_BINDING) readonly buffer {P}_WeightsBuffer {{ uint {P}_words[]; }};",
-                ""]
-        word = f"{P}_words[index >> 1u]" if item == 2 else f"{P}_words[index]"
+            out += [f"#ifndef {U}_WEIGHTS_BINDING", f"#define {U}_WEIGHTS_BINDING 0", "#endif",
+                    f"layout(std430, binding = {U}_WEIGHTS_BINDING) readonly buffer {P}_WeightsBuffer "
+                    f"{{ uint {P}_words[]; }};", ""]
+            word = f"{P}_words[index >> 1u]" if item == 2 else f"{P}_words[index]"
         if item == 2:
             load = [f"float {P}_load(uint index)", "{",
                     f"    vec2 pair = unpackHalf2x16({word});",

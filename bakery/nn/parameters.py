@@ -2,8 +2,8 @@
 
 Portable backend: the canonical fp32 array as is, gradients as 64-bit fixed point.
 CoopVec backend: fp16 weights in the device's TrainingOptimal layout (bias vectors
-plain), fp32 master weights in canonical order, fp32 gradient parts in canonical order
-(one slice per training workgroup, or one atomically-added buffer; see
+plain), fp32 master weights in canonical order, gradient parts in canonical order
+(one fp32 slice per training workgroup, or one 64-bit fixed-point buffer added atomically; see
 bakery/nn/mlp_coopvec.slang) and the dynamic loss-scale state. Optimal layouts are
 opaque and device-specific, so they are never stored: at load we learn where each canonical element lands by converting
 index-coded matrices once, and from then on moving parameters in or out is a gather.
@@ -39,8 +39,8 @@ class CoopVecReduction:
 
     ``group``: threads per training workgroup (samples per tile); ``max_groups``: the
     persistent workgroups a step runs at most (default_reduction: two per multiprocessor); ``mode``: "slices" (each workgroup writes
-    its own fp32 slice, the optimizer sums them) or "atomic" (one fp32 atomic add per
-    weight per workgroup); ``stage``: samples staged in groupshared memory at once;
+    its own fp32 slice, the optimizer sums them) or "atomic" (one 64-bit fixed-point atomic
+    add per weight per workgroup: order-independent); ``stage``: samples staged in groupshared memory at once;
     ``staging``: how a layer's samples reach groupshared memory ("coopvec": whole-vector
     stores into fp16 rows; "elements": one element at a time; "packed": pairs packed in
     words, read 16 bytes at a time); ``vector_activations``: activations as CoopVec

@@ -18,7 +18,8 @@ from typing import Any
 
 from bakery.device import DEVICE_KINDS
 from bakery.errors import ConfigError, UsageError, display_path
-from bakery.materials import ROLE_TABLE
+from bakery.materials import NORMAL_CONVENTIONS, ROLE_TABLE, Binding, role_names
+from bakery.naming import detect_roles, undetected
 from bakery.pipeline.dag import find_cycle
 from bakery.pipeline.safety import declared_asset_paths, is_generated, path_overlaps, skipped_by_glob
 from bakery.pipeline.sourcemap import SourceMap
@@ -27,7 +28,9 @@ RUNNERS = ("local", "ray")
 STAGE_REF = "stage:"
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _GLOB_CHARS = set("*?[")
-_PROJECT_KEYS = {"name", "out", "cache", "device", "seed", "plugins", "runner", "dispatch_timeout"}
+_PROJECT_KEYS = {"name", "out", "cache", "device", "seed", "plugins", "runner", "normal_convention",
+                 "dispatch_timeout"}
+_ASSET_KEYS = ("material", "description", "channels", "normal_convention")
 _STAGE_KEYS = {"type", "inputs", "params", "seed", "description", "require", "dispatch_timeout"}
 
 
@@ -215,7 +218,12 @@ def load_pipeline(path: str | Path) -> Pipeline:
                     cache=cache or root / ".bakery-cache", device=str(device),
                     seed=seed if isinstance(seed, int) else 0, plugins=plugins, source=source,
                     runner=runner if runner in RUNNERS else "local", dispatch_timeout=dispatch_timeout or 600.0)
-    pipe.assets = _load_assets(doc.get("assets", {}), root, c, asset_roles(), generated=(pipe.out, pipe.cache))
+    convention = proj.get("normal_convention")
+    if convention is not None and convention not in NORMAL_CONVENTIONS:
+        c.add("project.normal_convention", f"expected one of {', '.join(NORMAL_CONVENTIONS)}, got {convention!r}")
+        convention = None
+    pipe.assets = _load_assets(doc.get("assets", {}), root, c, asset_roles(), generated=(pipe.out, pipe.cache),
+                               normal_convention=convention)
     if out and cache:
         for key, message in path_overlaps(out, cache, path.resolve(), _source_paths(pipe.assets, doc)):
             c.add(key, message)
@@ -268,9 +276,11 @@ def _matches(root: Path, pattern: str, c: _Collector, key: str, *, dirs: bool,
 
 
 def _load_assets(table: Any, root: Path, c: _Collector, roles: tuple[str, ...],
-                 generated: tuple[Path, ...] = ()) -> dict[str, list[Asset]]:
+                 generated: tuple[Path, ...] = (), normal_convention: str | None = None) -> dict[str, list[Asset]]:
     """``[assets.NAME]``: roles -> files, one role with a glob (one asset per file), or
-    ``material = "dir-glob"`` (one material per folder, roles from file stems)."""
+    ``material = "dir-glob"`` (one material per folder, roles from file names by the
+    studio naming conventions, bakery.naming; ``channels`` declares packings explicitly).
+    ``normal_convention`` (per asset, or the project's) says how normal maps are stored."""
     if not isinstance(table, dict):
         c.add("assets", "expected tables [assets.NAME]")
         return {}
@@ -283,9 +293,9 @@ def _load_assets(table: Any, root: Path, c: _Collector, roles: tuple[str, ...],
         if not isinstance(decl, dict) or not decl:
             c.add(key, f"expected a table of roles ({', '.join(roles)}) or material = \"folder glob\"")
             continue
-        unknown = [k for k in decl if k not in roles and k not in ("material", "description")]
+        unknown = [k for k in decl if k not in roles and k not in _ASSET_KEYS]
         for k in unknown:
-            c.add(f"{key}.{k}", f"unknown role (known: {', '.join(roles)}, or material)")
+            c.add(f"{key}.{k}", f"unknown role (known: {', '.join(roles)}, or {', '.join(_ASSET_KEYS)})")
         if unknown:
             continue
         given = {k: v for k, v in decl.items() if k in roles}
@@ -294,11 +304,21 @@ def _load_assets(table: Any, root: Path, c: _Collector, roles: tuple[str, ...],
             c.add(f"{key}.{k}", f"expected a path string, got {given[k]!r}")
         if bad:
             continue
+        convention = decl.get("normal_convention", normal_convention)
+        if convention is not None and convention not in NORMAL_CONVENTIONS:
+            c.add(f"{key}.normal_convention", f"expected one of {', '.join(NORMAL_CONVENTIONS)}, got {convention!r}")
+            continue
+        channels = decl.get("channels")
+        if channels is not None and not (isinstance(channels, dict) and "material" in decl
+                                         and all(isinstance(v, str) for v in channels.values())):
+            c.add(f"{key}.channels", "expected channels = { ROLE = \"FILE.CHANNELS\", ... } beside material = "
+                                     "\"folder glob\" (FILE: a file of the folder, by name or suffix)")
+            continue
         if "material" in decl:
             if given:
                 c.add(f"{key}.material", "use either material = \"folder glob\" or explicit roles, not both")
                 continue
-            assets[name] = _material_assets(name, decl["material"], root, c, roles, generated)
+            assets[name] = _material_assets(name, decl["material"], root, c, roles, generated, channels, convention)
         elif len(given) == 1 and _is_glob(next(iter(given.values()))):
             role, pattern = next(iter(given.items()))
             insts = [Asset(f"{name}/{p.stem}", {role: p}, name)
@@ -317,14 +337,15 @@ def _load_assets(table: Any, root: Path, c: _Collector, roles: tuple[str, ...],
                 if not p.is_file():
                     c.add(f"{key}.{role}", f"input file not found: {value}")
                     continue
-                files[role] = p
+                files[Binding(role, p).with_convention(convention or "gl").key() if role == "normal" else role] = p
             if len(files) == len(given):
                 assets[name] = [Asset(name, files, name)]
     return assets
 
 
 def _material_assets(name: str, pattern: Any, root: Path, c: _Collector, roles: tuple[str, ...],
-                     generated: tuple[Path, ...] = ()) -> list[Asset]:
+                     generated: tuple[Path, ...] = (), channels: dict | None = None,
+                     convention: str | None = None) -> list[Asset]:
     key = f"assets.{name}.material"
     if not isinstance(pattern, str):
         c.add(key, f"expected a folder path or glob, got {pattern!r}")
@@ -332,12 +353,9 @@ def _material_assets(name: str, pattern: Any, root: Path, c: _Collector, roles: 
     insts = []
     for d in _matches(root, pattern, c, key, dirs=True, generated=generated):
         try:
-            files = role_files(d, roles)
+            files = role_files(d, roles, channels=channels, normal_convention=convention)
         except UsageError as e:
             c.add(key, e.message)
-            continue
-        if not files:
-            c.add(key, f"folder {display_path(d)} holds no texture named by a role ({', '.join(roles)})")
             continue
         inst_name = f"{name}/{d.name}" if _is_glob(pattern) else name
         insts.append(Asset(inst_name, files, name))
@@ -345,18 +363,17 @@ def _material_assets(name: str, pattern: Any, root: Path, c: _Collector, roles: 
     return insts
 
 
-def role_files(folder: Path, roles) -> dict[str, Path]:
-    """A material folder's files by role, matched by file stem case-insensitively
-    (``Albedo.PNG`` is the albedo); two files for one role are an error naming both."""
-    files: dict[str, Path] = {}
-    for p in sorted(Path(folder).iterdir()):
-        role = p.stem.lower()
-        if not p.is_file() or role not in roles:
-            continue
-        if role in files:
-            raise UsageError(f"two files for role {role!r} in {display_path(folder)}: {files[role].name} and "
-                             f"{p.name}; keep one")
-        files[role] = p.resolve()
+def role_files(folder: Path, roles, *, channels: dict | None = None,
+               normal_convention: str | None = None) -> dict[str, Path]:
+    """A material folder's files as binding keys (``roughness.g``: see
+    bakery.materials.Binding) -> paths, of the ``roles`` given, detected from the file
+    names (bakery.naming.detect_roles; ``Albedo.PNG`` and ``Rock_BaseColor.png`` are the
+    albedo) with ``channels`` declared explicitly winning. An undetectable or ambiguous
+    folder is one UsageError listing what it saw."""
+    found = detect_roles(Path(folder), explicit=channels, normal_convention=normal_convention, plain_roles=roles)
+    files = {b.key(): b.path for role, b in found.items() if role in roles}
+    if not files:
+        raise undetected(Path(folder), sorted(p for p in Path(folder).iterdir() if p.is_file()))
     return files
 
 
@@ -449,7 +466,7 @@ def _load_stages(table: Any, pipe: Pipeline, declared_assets: set[str], c: _Coll
             else:
                 accepted = set(stage_cls.input_roles)
                 for a in pipe.assets[i]:
-                    if not accepted & set(a.files):
+                    if not accepted & role_names(a.files):
                         c.add(f"{key}.inputs", f"asset {a.name!r} has roles {', '.join(a.files)} but stage "
                                                 f"type {type_name!r} accepts {', '.join(stage_cls.input_roles)}")
                         ok = False

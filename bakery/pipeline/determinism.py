@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
+from bakery.errors import TaskError
 from bakery.formats.bundle import MANIFEST_NAME
 from bakery.pipeline.cache import Cache, tree_sums
 from bakery.pipeline.spec import TaskSpec
@@ -95,7 +96,10 @@ def verify_determinism(specs: Sequence[TaskSpec], cache: Cache, device_cache: Pa
     context = multiprocessing.get_context("spawn")  # as the pool runner: never fork a Vulkan instance
     with cf.ProcessPoolExecutor(1, mp_context=context, initializer=_init, initargs=(str(device_cache),)) as pool:
         for spec in specs:
-            second = pool.submit(_bake_again, spec.to_dict(), str(cache.root)).result()
+            try:
+                second = pool.submit(_bake_again, spec.to_dict(), str(cache.root)).result()
+            except cf.BrokenExecutor:   # a crash in the driver or an OOM kill
+                raise TaskError("the second bake's process died (--verify-determinism)", where=spec.id) from None
             check.tasks += 1
             found = first_difference(tree_sums(cache.bundle_dir(spec.key)), second)
             if found is not None:

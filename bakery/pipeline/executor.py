@@ -93,6 +93,8 @@ class Executor:
         self.runner_kind = opts.runner or pipe.runner
         if opts.jobs < 1:
             raise UsageError(f"--jobs must be at least 1, got {opts.jobs}", key="--jobs")
+        if opts.dry_run and opts.verify_determinism:   # it would check nothing and say nothing
+            raise UsageError("bakes every task a second time; --dry-run bakes none", key="--verify-determinism")
         if self.runner_kind == "ray" and not opts.dry_run:
             from bakery.pipeline.ray_runner import require_ray
 

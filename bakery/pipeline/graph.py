@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from bakery.errors import UsageError
+from bakery.materials import binding_role
 from bakery.pipeline.config import STAGE_REF, Pipeline, StageDecl
 from bakery.pipeline.dag import stage_order
 from bakery.pipeline.safety import check_asset_globs
@@ -55,12 +56,12 @@ def _input_tasks(pipe: Pipeline, st: StageDecl, inp: str, by_stage: dict[str, li
     if inp.startswith(STAGE_REF):
         return {t.asset: TaskInput(t.asset, upstream=t.id) for t in by_stage[inp[len(STAGE_REF):]]}
     # A material folder may hold files this stage does not read (masks, notes): the
-    # stage sees only its roles, and only they feed the cache key, with the files those
+    # stage sees only its roles (a key may carry a channel selection: "roughness.g"), and only they feed the cache key, with the files those
     # refer to (a fit spec's shader and images: Stage.referenced_files).
     cls = st.stage_cls
     tasks = {}
     for a in pipe.assets[inp]:
-        own = {r: p for r, p in a.files.items() if r in cls.input_roles}
+        own = {r: p for r, p in a.files.items() if binding_role(r) in cls.input_roles}
         tasks[a.name] = TaskInput(a.name, {**own, **cls.referenced_files(own)})
     return tasks
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from bakery.errors import EXIT_USAGE
+from bakery.errors import UsageError
 
 
 @click.command("view")
@@ -21,20 +21,16 @@ def view_cmd(out: Path, port: int, snapshot_dir: Path | None) -> None:
     from bakery.view.server import ViewServer, node_modules
 
     if not out.is_dir():
-        click.echo(f"error: {out}: no such folder (bake first: bakery bake pipeline.toml)", err=True)
-        raise SystemExit(EXIT_USAGE)
+        raise UsageError("no such folder (bake first: bakery bake pipeline.toml)", where=str(out))
     if node_modules() is None:
-        click.echo("error: three.js is not installed beside bakery (run `npm ci` in the checkout, as "
-                   "scripts/setup.sh does)", err=True)
-        raise SystemExit(EXIT_USAGE)
+        raise UsageError("three.js is not installed beside bakery (run `npm ci` in the checkout, as "
+                         "scripts/setup.sh does)")
     with ViewServer(out, port=port) as server:
         for line in server.app.problems:
             click.echo(f"warning: {line}", err=True)
         if snapshot_dir is not None:
-            from bakery.view.snapshot import chromium_path, write_snapshot
-            if chromium_path() is None:
-                click.echo("error: --snapshot needs Chromium (Debian: apt-get install chromium)", err=True)
-                raise SystemExit(EXIT_USAGE)
+            from bakery.view.snapshot import write_snapshot
+
             written = write_snapshot(server.url, server.app.bundles, snapshot_dir)
             click.echo(f"snapshot: {len(server.app.bundles)} bundles, {len(written)} files in {snapshot_dir}")
             return

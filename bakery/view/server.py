@@ -4,13 +4,15 @@ The server binds 127.0.0.1 on a free port and serves only: the page (bakery/view
 three.js from the npm install beside the package (package.json pins it; nothing is
 fetched at run time), the bundle list with metrics, and the files each bundle's manifest
 lists (checked against the manifest's sha256 when the bundle is read; never a path outside
-that bundle, never through a link). Textures (DDS/KTX2) are served decoded, level by level,
+that bundle, never through a link), and only to requests naming 127.0.0.1 or localhost as
+their Host (a page of another site whose name it points at 127.0.0.1 gets 403). Textures (DDS/KTX2) are served decoded, level by level,
 as raw RGBA8 (``/level/...``): browsers have no DDS loader, and the page uploads each level
 as the engine would, without regenerating mips.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import mimetypes
 import threading
@@ -23,8 +25,8 @@ from urllib.parse import unquote, urlparse
 import numpy as np
 
 STATIC = Path(__file__).resolve().parent / "static"
-#: The page's stylesheet and scripts, and the three.js files it imports.
-VENDOR = {"three": ("three", "build"), "three-addons": ("three", "examples", "jsm")}
+#: URL prefix -> folder under node_modules: three.js, as the page's import map names it.
+VENDOR = {"three": ("three", "build")}
 
 
 def node_modules() -> Path | None:
@@ -59,6 +61,10 @@ def find_bundles(out: Path) -> tuple[list[ViewedBundle], list[str]]:
         rel = folder.relative_to(out)
         if any(p.startswith(".") for p in rel.parts) or any(p.is_symlink() for p in [folder, *folder.parents][:len(rel.parts)]):
             continue   # staging folders and links bakery did not make
+        link = _link_in(folder)
+        if link is not None:   # never read through it, not even to check a sum
+            problems.append(f"{link}: a link bakery did not make; bundle not shown")
+            continue
         try:
             b = read_bundle(folder)
         except BundleError as e:
@@ -68,14 +74,30 @@ def find_bundles(out: Path) -> tuple[list[ViewedBundle], list[str]]:
     return bundles, problems
 
 
-def texture_levels(path: Path) -> dict:
-    """A DDS/KTX2 file as raw RGBA8 levels: {width, height, layers, format, srgb, levels:
-    [[bytes per layer]]}. BCn decodes through bakery.baselines.bcn."""
+def _link_in(folder: Path) -> Path | None:
+    """The bundle's manifest or first listed file (or its sub-folder) that is a link."""
+    manifest = folder / "manifest.json"
+    if manifest.is_symlink():
+        return manifest
+    try:
+        names = [f["name"] for f in json.loads(manifest.read_bytes())["files"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None   # read_bundle names what is wrong with it
+    for name in names:
+        if isinstance(name, str) and ".." not in name.split("/"):
+            for path in (folder / name, (folder / name).parent):
+                if path.is_symlink():
+                    return path
+    return None
+
+
+def texture_levels(name: str, data: bytes) -> dict:
+    """A DDS/KTX2 file's bytes as raw RGBA8 levels: {width, height, layers, format, srgb,
+    levels: [[bytes per layer]]}. BCn decodes through bakery.baselines.bcn."""
     from bakery.formats.dds import read_dds
     from bakery.formats.ktx2 import read_ktx2
 
-    data = path.read_bytes()
-    tex = read_dds(data) if path.suffix.lower() == ".dds" else read_ktx2(data)
+    tex = read_dds(data) if name.lower().endswith(".dds") else read_ktx2(data)
     levels = []
     for mip, surfaces in enumerate(tex.levels):
         h, w = tex.level_shape(mip)
@@ -107,6 +129,10 @@ def _rgba8(tex, mip: int, layer: int, w: int, h: int) -> np.ndarray:
     return out
 
 
+class ChangedOnDisk(Exception):
+    """A listed file whose bytes are no longer those its manifest (read at start) names."""
+
+
 class _Handler(BaseHTTPRequestHandler):
     server_version = "bakery-view"
 
@@ -118,11 +144,15 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self):
+        if self.headers.get("Host") not in self.app.hosts:
+            return self.send_error(403)   # another site's page reaching 127.0.0.1 (DNS rebinding)
         path = unquote(urlparse(self.path).path)
         try:
             found = self.app.resolve(path)
         except PermissionError:
             return self.send_error(403)
+        except ChangedOnDisk as e:
+            return self.send_error(409, str(e))
         if found is None:
             return self.send_error(404)
         body, kind = found
@@ -142,6 +172,8 @@ class ViewApp:
         self.bundles, self.problems = find_bundles(self.out)
         self.by_id = {b.id: b for b in self.bundles}
         self.modules = node_modules()
+        #: The Host headers of the page's own requests (set once the port is known).
+        self.hosts: frozenset[str] = frozenset()
 
     def resolve(self, path: str) -> tuple[bytes, str] | None:
         if path in ("/", "/index.html"):
@@ -159,14 +191,18 @@ class ViewApp:
         if head in ("bundle", "level"):
             b = next((b for b in self.bundles if rest.startswith(b.id + "/")), None)
             name = rest[len(b.id) + 1:] if b is not None else ""
-            if b is None or name not in {f["name"] for f in b.manifest["files"]}:
+            entry = next((f for f in b.manifest["files"] if f["name"] == name), None) if b is not None else None
+            if entry is None:
                 return None   # only what the manifest lists (names checked by read_bundle)
             file = b.path / name
             if file.is_symlink() or file.parent.is_symlink() or not file.is_file():
                 raise PermissionError(name)
+            data = file.read_bytes()
+            if hashlib.sha256(data).hexdigest() != entry["sha256"]:   # re-baked while the page is open
+                raise ChangedOnDisk(f"{b.id}/{name} changed since bakery view started; restart it")
             if head == "bundle":
-                return file.read_bytes(), mimetypes.guess_type(name)[0] or "application/octet-stream"
-            return _pack_levels(texture_levels(file)), "application/octet-stream"
+                return data, mimetypes.guess_type(name)[0] or "application/octet-stream"
+            return _pack_levels(texture_levels(name, data)), "application/octet-stream"
         return None
 
     @staticmethod
@@ -195,6 +231,8 @@ class ViewServer:
         self.app = ViewApp(out)
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), partial(_Handler, app=self.app))
         self.httpd.daemon_threads = True
+        port = self.httpd.server_address[1]
+        self.app.hosts = frozenset({f"127.0.0.1:{port}", f"localhost:{port}"})
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property

@@ -8,16 +8,26 @@ compare file by file); every other bundle: its section of the page as
 
 Chromium is the system's (Debian ``chromium``, WebGL2 through SwiftShader on a machine
 without a GPU), driven by Playwright; Playwright's own browser download is never used.
+
+DIR is often a folder a person chose (docs/, a review share): a snapshot writes only into
+a new or empty DIR or one a previous snapshot wrote (``DIR/snapshot.json`` lists its
+files), replaces only the files that list names, and never writes through a link.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
 from pathlib import Path
 
 import numpy as np
+
+from bakery.errors import BakeryError, UsageError
+
+#: The list of files a snapshot wrote, in DIR: what the next snapshot may replace.
+INDEX_NAME = "snapshot.json"
 
 #: Chromium flags for WebGL2 without a GPU (SwiftShader through ANGLE).
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--use-angle=swiftshader", "--enable-unsafe-swiftshader"]
@@ -31,11 +41,16 @@ def chromium_path() -> str | None:
     return None
 
 
-def launch(playwright):
+def require_chromium() -> str:
+    """:func:`chromium_path`, or the one line that says how to install it."""
     path = chromium_path()
     if path is None:
-        raise RuntimeError("no Chromium found (Debian: apt-get install chromium)")
-    return playwright.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
+        raise UsageError("no Chromium found (Debian: apt-get install chromium)", key="--snapshot")
+    return path
+
+
+def launch(playwright):
+    return playwright.chromium.launch(executable_path=require_chromium(), args=CHROMIUM_ARGS)
 
 
 def open_page(browser, url: str, *, timeout_s: float = 300.0):
@@ -67,15 +82,74 @@ def ntc_decode(page, bundle_id: str, role: str, mip: int, channels: int) -> np.n
 
 def write_snapshot(url: str, bundles, dest: Path) -> list[Path]:
     """Renders the page at ``url`` in a fresh headless Chromium and writes the snapshot."""
-    from playwright.sync_api import sync_playwright
+    try:
+        from playwright.sync_api import Error as BrowserError, sync_playwright
+    except ImportError:
+        raise UsageError("needs Playwright for Python (pip install playwright; it drives the system Chromium)",
+                         key="--snapshot") from None
+    SnapshotDir(dest)   # refuse a DIR that is not ours before starting a browser
+    require_chromium()
+    try:
+        with sync_playwright() as p:
+            browser = launch(p)
+            try:
+                page, console, _ = open_page(browser, url)
+                return save_snapshot(page, console, bundles, dest)
+            finally:
+                browser.close()
+    except BrowserError as e:   # Chromium crashed or the page never finished drawing
+        raise BakeryError(f"the browser failed: {str(e).splitlines()[0]}", key="--snapshot") from None
 
-    with sync_playwright() as p:
-        browser = launch(p)
-        try:
-            page, console, _ = open_page(browser, url)
-            return save_snapshot(page, console, bundles, dest)
-        finally:
-            browser.close()
+
+class SnapshotDir:
+    """DIR as a snapshot may write it: new, empty, or a previous snapshot's (its index
+    lists the files it wrote; only those are replaced). Nothing is written through a link."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.owned: set[str] = set()
+        if self.root.is_symlink() or (self.root.exists() and not self.root.is_dir()):
+            raise UsageError("is a link or not a folder; choose a new or empty folder", where=str(self.root),
+                             key="--snapshot")
+        index = self.root / INDEX_NAME
+        if index.is_file() and not index.is_symlink():
+            try:
+                files = json.loads(index.read_bytes()).get("files")
+            except (OSError, ValueError, AttributeError):
+                files = None
+            if isinstance(files, list) and all(isinstance(f, str) for f in files):
+                self.owned = set(files)
+                return
+        if self.root.is_dir() and any(self.root.iterdir()):
+            raise UsageError(f"exists and is not a bakery snapshot (no {INDEX_NAME}); a snapshot replaces only its "
+                             "own files: choose a new or empty folder", where=str(self.root), key="--snapshot")
+
+    def write(self, rel: str, data: bytes) -> Path:
+        """Writes ``DIR/rel`` atomically, claiming it in the index first (so a snapshot cut
+        short still owns what it wrote)."""
+        from bakery.formats.publish import write_atomic
+
+        path = self._target(rel)
+        if rel not in self.owned:
+            self.owned.add(rel)
+            write_atomic(self._target(INDEX_NAME),
+                         json.dumps({"files": sorted(self.owned)}, indent=1).encode())
+        write_atomic(path, data)
+        return path
+
+    def _target(self, rel: str) -> Path:
+        path = self.root
+        for part in rel.split("/")[:-1]:
+            path = path / part
+            if path.is_symlink() or (path.exists() and not path.is_dir()):
+                raise UsageError("is a link or not a folder; bakery does not write through it", where=str(path),
+                                 key="--snapshot")
+            path.mkdir(parents=True, exist_ok=True)
+        path = path / rel.split("/")[-1]
+        if path.is_symlink() or (path.exists() and rel != INDEX_NAME and rel not in self.owned):
+            raise UsageError("exists and was not written by a bakery snapshot; refusing to replace it",
+                             where=str(path), key="--snapshot")
+        return path
 
 
 def save_snapshot(page, console, bundles, dest: Path) -> list[Path]:
@@ -86,24 +160,18 @@ def save_snapshot(page, console, bundles, dest: Path) -> list[Path]:
     errors = [text for kind, text in console if kind in ("error", "pageerror")]
     errors += page.evaluate("() => window.bakeryView.state.errors")
     if errors:
-        raise RuntimeError("the page reported errors: " + "; ".join(errors[:3]))
+        raise BakeryError("the page reported errors: " + "; ".join(errors[:3]), key="--snapshot")
+    target = SnapshotDir(dest)
     written = []
-
-    def save(path: Path, data: bytes) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)
-        written.append(path)
-
     for b in bundles:
-        folder = dest / b.id
         if b.manifest["stage"]["type"] == "ntc":
             ntc = b.manifest["ntc"]
             for role, (_, n) in ntc["material"]["channels"].items():
                 for mip in range(len(ntc["latents"]["color_mips"])):
                     img = ntc_decode(page, b.id, role, mip, n)
-                    save(folder / (f"{role}.png" if mip == 0 else f"{role}_mip{mip}.png"), encode_png(img))
-        save(folder / "view.png", page.locator(f"section[data-bundle='{b.id}']").screenshot())
-    save(dest / "viewer.png", page.screenshot(full_page=True))
+                    name = f"{role}.png" if mip == 0 else f"{role}_mip{mip}.png"
+                    written.append(target.write(f"{b.id}/{name}", encode_png(img)))
+        written.append(target.write(f"{b.id}/view.png",
+                                    page.locator(f"section[data-bundle='{b.id}']").screenshot()))
+    written.append(target.write("viewer.png", page.screenshot(full_page=True)))
     return written

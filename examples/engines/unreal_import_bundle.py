@@ -39,7 +39,12 @@ def verify(bundle):
     if manifest.get("schema_version") != 2:
         raise RuntimeError(f"{bundle}: unknown schema version {manifest.get('schema_version')!r}")
     for entry in manifest["files"]:
-        path = os.path.join(bundle, entry["name"])
+        name = entry["name"]
+        if os.path.isabs(name) or ".." in name.replace("\\", "/").split("/"):
+            raise RuntimeError(f"{bundle}: file {name!r} is outside the bundle")
+        path = os.path.join(bundle, name)
+        if os.path.islink(path) or os.path.islink(os.path.dirname(path)):
+            raise RuntimeError(f"{path}: a link; a bundle holds its own files")
         with open(path, "rb") as f:
             data = f.read()
         if len(data) != entry["bytes"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:

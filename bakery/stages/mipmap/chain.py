@@ -1,11 +1,14 @@
 """The mip chain's geometry and its size policy.
 
-Size policy: both sides must be powers of two (rectangles are fine) and the smaller side
-at least 8, so every texel of level L is exactly the 2^L x 2^L block of level 0 it
-replaces. Anything else is refused rather than padded or cropped: padding would invent
-texels the renderer then averages in, cropping would drop authored ones, and both would
-change the texture's tiling. The chain ends at the level whose smaller side is 4 (or at
-``levels`` if asked for fewer): 4x4 is the smallest block a BCn format holds.
+Level L is ``max(1, n >> L)`` per side, as engines size mips. The trained levels are
+those where both sides still halve exactly, so every texel of level L is exactly the
+2^L x 2^L block of level 0 it replaces: a 1024x512 map trains down to 4 texels a side, a
+1000x600 one (1000 = 125 x 2^3) levels 1-3, ending at 125x75; an engine's own filter
+makes the levels below. A map with an odd side has no exact level 1 and is refused
+rather than padded or cropped: padding would invent texels the renderer then averages
+in, cropping would drop authored ones, and both would change the texture's tiling. The
+chain also ends at the level whose smaller side is 4 (or at ``levels`` if asked for
+fewer): 4x4 is the smallest block a BCn format holds.
 """
 
 from __future__ import annotations
@@ -19,16 +22,19 @@ from bakery.errors import UsageError
 MIN_SIDE = 4
 
 
-def _is_power_of_two(n: int) -> bool:
-    return n > 0 and n & (n - 1) == 0
+def exact_levels(width: int, height: int) -> int:
+    """How many times both sides halve exactly (the trailing zero bits they share)."""
+    both = width | height
+    return (both & -both).bit_length() - 1 if both else 0
 
 
 def check_size(width: int, height: int, *, where: str, key: str) -> None:
-    """Raises a UsageError naming the file unless the size is a mip-able power of two."""
-    if not (_is_power_of_two(width) and _is_power_of_two(height)):
-        raise UsageError(f"size {width}x{height} is not a power of two on both sides; mip levels must "
-                         "halve exactly, so resize or crop the map first (bakery does not pad or crop)",
-                         where=where, key=key)
+    """Raises a UsageError naming the file unless at least level 1 halves exactly and is
+    at least 4x4."""
+    if exact_levels(width, height) < 1:
+        raise UsageError(f"size {width}x{height} has an odd side: mip level 1 would not be an exact 2x2 "
+                         "average of level 0, so resize or crop the map to even sides first (bakery does not "
+                         "pad or crop)", where=where, key=key)
     if min(width, height) < 2 * MIN_SIDE:
         raise UsageError(f"size {width}x{height} is too small: level 1 must be at least "
                          f"{MIN_SIDE}x{MIN_SIDE}", where=where, key=key)
@@ -45,7 +51,7 @@ class MipChain:
     @classmethod
     def for_size(cls, width: int, height: int, levels: int = 0) -> "MipChain":
         """``levels`` = 0: down to a smaller side of 4; otherwise at most that many levels below 0."""
-        full = (min(width, height) // MIN_SIDE).bit_length() - 1
+        full = min((min(width, height) // MIN_SIDE).bit_length() - 1, exact_levels(width, height))
         return cls(width, height, full if levels <= 0 else min(levels, full))
 
     def shape(self, level: int) -> tuple[int, int]:
@@ -97,9 +103,3 @@ class MipChain:
             out.append(packed[start:start + h * w].reshape(h, w, channels))
             start += h * w
         return out
-
-
-def box_down(image: np.ndarray) -> np.ndarray:
-    """2x2 area average of an [H, W, C] image (H, W even)."""
-    h, w, c = image.shape
-    return image.reshape(h // 2, 2, w // 2, 2, c).mean(axis=(1, 3))

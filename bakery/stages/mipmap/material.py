@@ -29,6 +29,7 @@ class MipMaterial:
     metalness: np.ndarray   # [H, W, 1]
     roughness_given: bool   # False: the constant from the parameter
     renormalised: int = 0   # normal texels that were off unit length (renormalised)
+    ao: np.ndarray | None = None  # [H, W, 1] when given (packed into engine layouts' ORM/mask maps)
 
     @property
     def size(self) -> tuple[int, int]:
@@ -37,14 +38,14 @@ class MipMaterial:
 
 def load_mip_material(files: Mapping[str, Path], *, roughness: float, albedo: float) -> MipMaterial:
     """Loads and checks the maps; ``roughness``/``albedo`` stand in for absent maps."""
-    textures = load_textures(files, roles=("normal", "roughness", "albedo", "metalness"))
+    textures = load_textures(files, roles=("normal", "roughness", "albedo", "metalness", "ao"))
     if "normal" not in textures:
         given = ", ".join(sorted(textures)) or "none"
         raise UsageError(f"a normal map is required (given roles: {given})", key="normal")
     where = textures.source("normal")
     h, w = textures.shape
     check_size(w, h, where=where, key="normal")
-    normal, off = unit_normals(textures["normal"], where=where)
+    normal, _ = unit_normals(textures["normal"], where=where)
 
     def single(role: str, constant: float) -> np.ndarray:
         return textures[role] if role in textures else np.full((h, w, 1), constant, np.float32)
@@ -56,4 +57,5 @@ def load_mip_material(files: Mapping[str, Path], *, roughness: float, albedo: fl
         lin = np.full((h, w, 3), albedo, np.float32)
     return MipMaterial(normal=normal.astype(np.float32), roughness=single("roughness", roughness).astype(np.float32),
                        albedo=lin.astype(np.float32), metalness=single("metalness", 0.0).astype(np.float32),
-                       roughness_given="roughness" in textures, renormalised=off)
+                       roughness_given="roughness" in textures, renormalised=textures.renormalised,
+                       ao=textures["ao"] if "ao" in textures else None)

@@ -3,6 +3,9 @@
 Textures carry every authored level (0 = the source map, then the trained ones) in DDS
 and KTX2: BC5 normal (XY; engines rebuild Z), BC4 roughness and, when albedo trained,
 BC7 sRGB albedo; or 8-bit uncompressed (RGBA normal, R roughness, sRGB RGBA albedo).
+An engine layout other than ``separate`` (bakery.layouts) packs them as that engine
+imports them: the trained roughness beside the source's metalness and AO (box-filtered
+down the chain) in an ORM or mask map (BC7, or RGBA8), normals in its convention.
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from bakery.baselines import bcn
-from bakery.imaging import linear_to_srgb
+from bakery.imaging import box_down, linear_to_srgb
+from bakery.layouts import pack
 from bakery.stages.mipmap.chain import MipChain
 from bakery.stages.mipmap.material import MipMaterial
 
@@ -36,10 +40,15 @@ def stored_levels(material: MipMaterial, chain: MipChain, trained) -> dict[str, 
             "albedo": [linear_to_srgb(a) for a in maps["albedo"]]}
 
 
-def write_chains(out, material: MipMaterial, chain: MipChain, trained, storage: str, *, albedo: bool) -> None:
-    """``normal``, ``roughness`` (and ``albedo``) as .dds and .ktx2 with all authored levels."""
+def write_chains(out, material: MipMaterial, chain: MipChain, trained, storage: str, *, albedo: bool,
+                 layout: str = "separate", normal_convention: str | None = None) -> None:
+    """``normal``, ``roughness`` (and ``albedo``) as .dds and .ktx2 with all authored
+    levels, one texture per role or packed in an engine ``layout``."""
     levels = stored_levels(material, chain, trained)
     roles = ("normal", "roughness", "albedo") if albedo else ("normal", "roughness")
+    if layout != "separate" or normal_convention not in (None, "gl"):
+        _write_packed(out, material, chain, {r: levels[r] for r in roles}, storage, layout, normal_convention)
+        return
     for role in roles:
         images = levels[role]
         if storage == "bcn":
@@ -54,6 +63,44 @@ def write_chains(out, material: MipMaterial, chain: MipChain, trained, storage: 
             kwargs = {}
         for ext in ("dds", "ktx2"):
             out.write_texture(f"{role}.{ext}", fmt, mips, role="texture", **kwargs)
+
+
+#: A packed texture's storage by what it holds (bakery.layouts.Packed.kind).
+PACKED_STORAGE = {
+    "normal": {"bcn": ("bc5", "bc5_unorm", 2), "uncompressed": ("rgba8_unorm", 4)},
+    "albedo": {"bcn": ("bc7", "bc7_srgb", 3), "uncompressed": ("rgba8_srgb", 4)},
+    None: {"bcn": ("bc7", "bc7_unorm", 4), "uncompressed": ("rgba8_unorm", 4)},
+    "single": {"bcn": ("bc4", "bc4_unorm", 1), "uncompressed": ("r8_unorm", 1)},
+}
+
+
+def _write_packed(out, material: MipMaterial, chain: MipChain, levels: dict[str, list[np.ndarray]], storage: str,
+                  layout: str, normal_convention: str | None) -> None:
+    for role, source in (("metalness", material.metalness), ("ao", material.ao)):
+        if source is not None:
+            chain_of = [source]
+            for _ in range(chain.deepest):
+                chain_of.append(box_down(chain_of[-1]).astype(np.float32))
+            levels[role] = chain_of
+    per_level = [pack({r: v[i] for r, v in levels.items()}, layout, normal_convention=normal_convention)
+                 for i in range(chain.deepest + 1)]
+    for name, (_, kind) in per_level[0].items():
+        images = [p[name][0] for p in per_level]
+        channels = images[0].shape[2]
+        spec = PACKED_STORAGE[kind if kind in ("normal", "albedo") else "single" if channels == 1 else None][storage]
+        if storage == "bcn":
+            codec, fmt, keep = spec
+            if codec == "bc7" and channels == 3:
+                images = [np.concatenate([img, np.ones_like(img[..., :1])], axis=2) for img in images]
+            mips = [bcn.encode(img[..., :keep], codec) for img in images]
+            kwargs = {"width": chain.width, "height": chain.height}
+        else:
+            fmt, want = spec
+            mips = [np.concatenate([img] + [np.ones_like(img[..., :1])] * (want - img.shape[2]), axis=2)
+                    if img.shape[2] < want else img for img in images]
+            kwargs = {}
+        for ext in ("dds", "ktx2"):
+            out.write_texture(f"{name}.{ext}", fmt, mips, role="texture", **kwargs)
 
 
 def _upscaled(image: np.ndarray) -> np.ndarray:

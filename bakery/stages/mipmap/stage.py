@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from bakery.imaging import psnr_from_mse
+from bakery.layouts import LAYOUTS
+from bakery.materials import NORMAL_CONVENTIONS
 from bakery.nn.optimizers import Adam
 from bakery.nn.trainer import TrainConfig, Trainer
 from bakery.stages.base import Stage, StageResult, StepProgress, register
@@ -42,7 +44,7 @@ class Mipmap(Stage):
     type_name = "mipmap"
     version = "1"
     description = "train normal/roughness mip chains that shade like the full-resolution map"
-    input_roles = ("normal", "roughness", "albedo", "metalness")
+    input_roles = ("normal", "roughness", "albedo", "metalness", "ao")
     presets = PRESETS
     params = (
         Param("levels", int, 0, "levels below 0 to author (0: down to a 4-texel smaller side)", min=0, max=16),
@@ -62,6 +64,11 @@ class Mipmap(Stage):
         Param("albedo", float, 0.5, "constant linear albedo when the material has no albedo map", min=0.0, max=1.0),
         Param("format", str, "bcn", "texture storage: BC5 normal, BC4 roughness, BC7 albedo; or uncompressed",
               choices=("bcn", "uncompressed")),
+        Param("layout", str, "separate", "engine texture layout of the chains: one texture per map, or packed as "
+              "glTF (occlusionRoughnessMetallic), Unreal (ORM, DirectX normals) or Unity HDRP (MaskMap) import them",
+              choices=LAYOUTS),
+        Param("normal_convention", str, "layout", "normal maps written OpenGL (gl) or DirectX (dx), or as the "
+              "layout's engine reads them", choices=("layout", *NORMAL_CONVENTIONS)),
     )
 
     def run(self, ctx, inputs, params) -> StageResult:
@@ -100,8 +107,9 @@ class Mipmap(Stage):
         summary = {f"{name}_rmse_1_4": round(float(np.sqrt(np.mean(mse[name][:4]))), 6) for name in chains}
         summary["reduction_vs_toksvig_1_4"] = round(1.0 - summary["trained_rmse_1_4"] / summary["toksvig_rmse_1_4"], 4)
 
-        write_chains(ctx.out, material, chain, chains["trained"], params["format"],
-                     albedo=params["train_albedo"])
+        write_chains(ctx.out, material, chain, chains["trained"], params["format"], albedo=params["train_albedo"],
+                     layout=params["layout"],
+                     normal_convention=None if params["normal_convention"] == "layout" else params["normal_convention"])
         write_previews(ctx.out, reference, renders)
         ctx.log.info("%s: %dx%d, levels 1-%d, %d steps x %d pairs; RMSE 1-4 trained %.4f box %.4f toksvig %.4f",
                      inp.name, width, height, chain.deepest, settings["steps"], settings["pairs"],
@@ -114,4 +122,4 @@ class Mipmap(Stage):
                 "render": {"light": params["light"], "tonemap": "reinhard x/(1+x)",
                            "space": "linear, tangent frame z up",
                            "held_out": "seed 0x4E1D0, hash streams 2/3 (training draws streams 0/1)"},
-                "size_policy": "powers of two on both sides, smaller side >= 8; no padding or cropping"}})
+                "size_policy": "levels while both sides halve exactly, smaller side >= 4; no padding or cropping"}})

@@ -27,7 +27,7 @@ from bakery.stages.neural_material.objective import (DIRECTIONS, LOSSES, NORMAL_
 from bakery.stages.neural_material.shader import generate_material_eval, generate_material_eval_webgl
 from bakery.stages.base import Stage, StageResult, register
 from bakery.stages.params import AUTO, QUALITY, Param, Presets
-from bakery.materials import ROLES
+from bakery.materials import ROLES, role_names
 
 #: What ``auto`` means. CPU (lavapipe, 2 shared cores, bricks 256^2, warm caches): training
 #: costs ~7 ms/step at hidden 16 and the rest of the bake ~5 s, so production (600 steps)
@@ -220,7 +220,7 @@ class NeuralMaterial(Stage):
         metrics = {"psnr_db": round(quality_psnr, 3), "flip": round(quality_flip, 5),
                    "speedup": None if timing is None or timing["speedup"] is None else round(timing["speedup"], 3),
                    "constant_psnr_db": round(psnr_pooled(teachers, constant), 3)}
-        extra = {"material": {"roles": sorted(inp.files), "width": w, "height": h},
+        extra = {"material": {"roles": sorted(role_names(inp.files)), "width": w, "height": h},
                  "layers": layers.to_dict(),
                  "latents": {"channels": n, "format": params["latent_format"], "texture_format": fmt,
                              "mips": len(stored), "scale": [float(v) for v in scale],

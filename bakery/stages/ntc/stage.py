@@ -16,7 +16,7 @@ import numpy as np
 from bakery.errors import UsageError
 from bakery.formats.images import image_size
 from bakery.imaging import set_psnr
-from bakery.materials import ROLES, load_material
+from bakery.materials import ROLES, binding_role, load_material
 from bakery.stages.base import Stage, StageResult, register
 from bakery.stages.ntc import bc4, packing
 from bakery.stages.ntc.manifest import ntc_section
@@ -139,7 +139,7 @@ class NeuralTextureCompression(Stage):
     def resolve_auto(cls, params, *, device_class, files) -> dict:
         """The presets sized by the set's texels (from the first texture's header), then
         what the latent mode and sample layout imply (training_settings)."""
-        first = next((r for r in ROLES if r in files), None)
+        first = next((k for k in sorted(files) if binding_role(k) in ROLES), None)
         if first is None:
             raise UsageError("no textures in material", key="inputs")
         w, h = image_size(files[first], key=first)

@@ -3,9 +3,8 @@
 One walk of the tree emits straight-line code over the primitives of primitives.slang.
 The same walk serves two forms: the fitting form reads parameter slot ``i`` as
 ``p[i] * scale`` from a differentiable array, the shipped form writes each value as a
-float literal inside ``float3 bakery_procedural(float2 uv)``. HLSL is the shipped Slang
-with the autodiff attributes stripped (Slang is an HLSL superset and the library keeps to
-the common subset); GLSL adds a small compatibility prelude of type and intrinsic macros.
+float literal inside ``float3 bakery_procedural(float2 uv, float2 fw)``. HLSL and GLSL are
+that Slang compiled by the Slang compiler (crosscompile.py), so the languages cannot drift.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from typing import Callable
 
 import numpy as np
 
+from bakery.stages.procedural.crosscompile import compile_to
 from bakery.stages.procedural.dsl import FIELD, Node, instructions, node_type, complexity, param_scales
 
 LIBRARY = Path(__file__).with_name("primitives.slang")
@@ -27,16 +27,34 @@ def _literal(v: float) -> str:
     return text if "." in text else text + ".0"
 
 
-def _emit(node: Node, slot: Callable[[int], str]) -> tuple[list[str], str]:
-    """Statements computing ``node`` at ``uv`` and the variable that holds the result."""
+def _slots(node: Node) -> dict[tuple, dict[str, list[int]]]:
+    """Parameter slots per node (by path), in the layout order of dsl.flatten: the walk
+    below may emit a subtree more than once (a threshold's footprint), the slots once."""
+    out: dict[tuple, dict[str, list[int]]] = {}
+    counter = 0
+
+    def visit(n: Node, path: tuple) -> None:
+        nonlocal counter
+        mine = {}
+        for ps in n.spec.params:
+            k = ps.count(n.attr)
+            mine[ps.name] = list(range(counter, counter + k))
+            counter += k
+        out[path] = mine
+        for i, c in enumerate(n.inputs):
+            visit(c, path + (i,))
+
+    visit(node, ())
+    return out
+
+
+def _emit(node: Node, slot: Callable[[int], str], period: Callable[[int], str]) -> tuple[list[str], str]:
+    """Statements computing ``node`` at ``uv`` (pixel footprint ``fw``) and the variable
+    that holds the result. ``slot(i)`` spells parameter i; ``period(i)`` the noise
+    lattice period for the frequency in slot i ("0.0" when the program does not tile)."""
     lines: list[str] = []
     counter = [0]
-    next_slot = [0]
-
-    def take(n: int) -> list[str]:
-        s = [slot(next_slot[0] + i) for i in range(n)]
-        next_slot[0] += n
-        return s
+    slots = _slots(node)
 
     def var(kind: str, expr: str) -> str:
         name = f"v{counter[0]}"
@@ -50,38 +68,59 @@ def _emit(node: Node, slot: Callable[[int], str]) -> tuple[list[str], str]:
     def f3(a, b, c):
         return f"float3({a}, {b}, {c})"
 
-    def walk(n: Node, uv: str) -> str:
+    def transform(op: str, p: dict, uv: str) -> str:
+        if op == "polar":
+            return f"bk_polar({uv}, {f2(*p['center'])}, {p['scale'][0]})"
+        if op == "warp":
+            return f"bk_warp({uv}, {p['frequency'][0]}, {p['amplitude'][0]}, {f2(*p['offset'])}, {p['period'][0]})"
+        return f"bk_{op}({uv}, {f2(*p['k'])}, {f2(*p['amplitude'])}, {p['phase'][0]})"
+
+    def walk(n: Node, path: tuple, uv: str, fw: str) -> str:
         op, a = n.op, n.attr
-        spec = n.spec
-        p = {ps.name: take(ps.count(a)) for ps in spec.params}
-        if spec.transform:
-            if op == "polar":
-                tuv = var("float2", f"bk_polar({uv}, {f2(*p['center'])}, {p['scale'][0]})")
-            else:
-                tuv = var("float2", f"bk_warp({uv}, {p['frequency'][0]}, {p['amplitude'][0]}, {f2(*p['offset'])})")
-            return walk(n.inputs[0], tuv)
-        ins = [walk(c, uv) for c in n.inputs]
+        p = {name: [slot(i) for i in idx] for name, idx in slots[path].items()}
+        for name in ("frequency", "count"):
+            if name in slots[path]:
+                p["period"] = [period(slots[path][name][0])]
+        if n.spec.transform:
+            # The input sees transformed coordinates and their own footprint (fwidth).
+            tuv = var("float2", transform(op, p, uv))
+            tx = var("float2", transform(op, p, f"({uv} + float2({fw}.x, 0.0))"))
+            ty = var("float2", transform(op, p, f"({uv} + float2(0.0, {fw}.y))"))
+            helper = "bk_polar_footprint" if op == "polar" else "bk_footprint"
+            tfw = var("float2", f"{helper}({tuv}, {tx}, {ty})")
+            return walk(n.inputs[0], path + (0,), tuv, tfw)
+        if op == "threshold":
+            # fwidth of the input: the subtree again at the neighbouring pixels.
+            v = walk(n.inputs[0], path + (0,), uv, fw)
+            vx = walk(n.inputs[0], path + (0,), f"({uv} + float2({fw}.x, 0.0))", fw)
+            vy = walk(n.inputs[0], path + (0,), f"({uv} + float2(0.0, {fw}.y))", fw)
+            return var("float", f"bk_threshold({v}, bk_fwidth({v}, {vx}, {vy}), {p['level'][0]})")
+        ins = [walk(c, path + (i,), uv, fw) for i, c in enumerate(n.inputs)]
         if op == "linear_gradient":
             return var("float", f"bk_linear_gradient({uv}, {f2(*p['k'])}, {p['offset'][0]})")
         if op == "radial_gradient":
             return var("float", f"bk_radial_gradient({uv}, {f2(*p['center'])}, {p['scale'][0]}, {p['offset'][0]})")
-        if op in ("stripes_sine", "stripes_saw"):
+        if op in ("stripes_sine", "stripes_saw", "stripes_triangle"):
             return var("float", f"bk_{op}({uv}, {f2(*p['k'])}, {p['phase'][0]})")
         if op == "checker":
-            return var("float", f"bk_checker({uv}, {p['frequency'][0]}, {f2(*p['offset'])}, {p['sharpness'][0]})")
+            return var("float", f"bk_checker({uv}, {fw}, {p['frequency'][0]}, {f2(*p['offset'])})")
         if op == "bricks":
-            return var("float", f"bk_bricks({uv}, {f2(*p['count'])}, {f2(*p['offset'])}, {p['mortar'][0]}, "
-                                f"{p['sharpness'][0]})")
+            return var("float", f"bk_bricks({uv}, {fw}, {f2(*p['count'])}, {f2(*p['offset'])}, {p['mortar'][0]})")
+        if op == "brick_cells":
+            return var("float", f"{p['amount'][0]} * bk_brick_cells({uv}, {f2(*p['count'])}, {f2(*p['offset'])}, "
+                                f"{p['period'][0]})")
         if op in ("value_noise", "gradient_noise"):
-            return var("float", f"bk_{op}_field({uv}, {p['frequency'][0]}, {f2(*p['offset'])})")
+            return var("float", f"bk_{op}_field({uv}, {p['frequency'][0]}, {f2(*p['offset'])}, {p['period'][0]})")
         if op == "fbm":
             basis = 1 if a["basis"] == "gradient" else 0
             return var("float", f"bk_fbm({uv}, {basis}, {int(a['octaves'])}, {p['frequency'][0]}, {p['gain'][0]}, "
-                                f"{f2(*p['offset'])})")
+                                f"{f2(*p['offset'])}, {p['period'][0]})")
         if op == "worley":
-            return var("float", f"bk_worley({uv}, {p['frequency'][0]}, {p['jitter'][0]}, {f2(*p['offset'])})")
-        if op == "threshold":
-            return var("float", f"bk_threshold({ins[0]}, {p['level'][0]}, {p['sharpness'][0]})")
+            return var("float", f"bk_worley({uv}, {p['frequency'][0]}, {p['jitter'][0]}, {f2(*p['offset'])}, "
+                                f"{p['period'][0]})")
+        if op == "worley_cells":
+            return var("float", f"{p['amount'][0]} * bk_worley_cells({uv}, {p['frequency'][0]}, {p['jitter'][0]}, "
+                                f"{f2(*p['offset'])}, {p['period'][0]})")
         if op in ("add", "multiply"):
             kind = "float" if node_type(n) == FIELD else "float3"
             return var(kind, f"{ins[0]} {'+' if op == 'add' else '*'} {ins[1]}")
@@ -97,28 +136,35 @@ def _emit(node: Node, slot: Callable[[int], str]) -> tuple[list[str], str]:
             return var("float3", f3(*p["colour"]))
         raise ValueError(f"no code for op {op!r}")
 
-    result = walk(node, "uv")
+    result = walk(node, (), "uv", "fw")
     return lines, result
 
 
-def fitting_function(node: Node, name: str, max_params: int) -> str:
-    """``[Differentiable] float3 name(float2 uv, float p[max_params])`` for the search:
-    slot i is read as ``p[i] * scale`` so the optimiser sees unit-sized values."""
+def fitting_function(node: Node, name: str, max_params: int, *, tile: bool = False) -> str:
+    """``[Differentiable] float3 name(float2 uv, float2 fw, float p[max_params])`` for the
+    search: slot i is read as ``p[i] * scale`` so the optimiser sees unit-sized values."""
     scales = param_scales(node)
 
     def slot(i: int) -> str:
         s = scales[i]
         return f"p[{i}]" if s == 1.0 else f"(p[{i}] * {_literal(s)})"
 
-    lines, result = _emit(node, slot)
-    return (f"[Differentiable]\nfloat3 {name}(float2 uv, float p[{max_params}])\n{{\n"
+    def period(i: int) -> str:
+        return f"(no_diff bk_period({slot(i)}))" if tile else "0.0"
+
+    lines, result = _emit(node, slot, period)
+    return (f"[Differentiable]\nfloat3 {name}(no_diff float2 uv, no_diff float2 fw, float p[{max_params}])\n{{\n"
             + "\n".join(lines) + f"\n    return {result};\n}}\n")
 
 
-def _header(node: Node, lang: str) -> str:
+def _header(node: Node, lang: str, tile: bool) -> str:
+    name = "bakery_procedural" if lang == "slang" else "bakery_procedural_0 (the Slang compiler's name)"
     return (f"// Generated by bakery (stage procedural): {complexity(node)} nodes, ~{instructions(node)} instructions.\n"
-            f"// float3 bakery_procedural(float2 uv): uv in [0, 1]^2 spans the source image; any uv works\n"
-            f"// (the pattern continues), so render at any resolution. Language: {lang}.\n")
+            f"// {name}(uv, fw) returns the RGB colour at uv: uv in [0, 1]^2 spans the source image; any uv\n"
+            f"// works (the pattern continues{', and tiles with period 1' if tile else ''}); fw is the pixel footprint in uv\n"
+            f"// units (fwidth(uv) in a pixel shader), over which edges are anti-aliased. The compute entry\n"
+            f"// point {BAKE_ENTRY} fills an RGBA float image at any size. Language: {lang}"
+            f"{'' if lang == 'slang' else ', compiled from the Slang program by the Slang compiler'}.\n")
 
 
 def library_source(*, differentiable: bool = True) -> str:
@@ -131,11 +177,19 @@ def library_source(*, differentiable: bool = True) -> str:
     return text
 
 
-def shader_function(node: Node) -> str:
-    """The shipped function body with literal parameters, no library."""
+def shader_function(node: Node, size: tuple[int, int] = (256, 256), *, tile: bool = False) -> str:
+    """The shipped function with literal parameters, no library; ``size`` (width,
+    height) is the source image, whose pixel is the one-argument form's footprint."""
     values = node_values(node)
-    lines, result = _emit(node, lambda i: _literal(values[i]))
-    return "float3 bakery_procedural(float2 uv)\n{\n" + "\n".join(lines) + f"\n    return {result};\n}}\n"
+
+    def period(i: int) -> str:
+        return _literal(max(1.0, float(np.round(values[i])))) if tile else "0.0"
+
+    lines, result = _emit(node, lambda i: _literal(values[i]), period)
+    w, h = size
+    return ("float3 bakery_procedural(float2 uv, float2 fw)\n{\n" + "\n".join(lines) + f"\n    return {result};\n}}\n\n"
+            f"float3 bakery_procedural(float2 uv)\n{{\n    return bakery_procedural(uv, "
+            f"float2({_literal(1.0 / w)}, {_literal(1.0 / h)}));\n}}\n")
 
 
 def node_values(node: Node) -> np.ndarray:
@@ -143,32 +197,34 @@ def node_values(node: Node) -> np.ndarray:
     return flatten(node)
 
 
-_GLSL_PRELUDE = """// GLSL spellings of the HLSL/Slang names the library uses.
-#define float2 vec2
-#define float3 vec3
-#define float4 vec4
-#define int2 ivec2
-#define uint2 uvec2
-#define lerp mix
-#define frac fract
-#define atan2(y, x) atan(y, x)
-#define static
+#: The shipped compute entry point: draws the texture into any RGBA float image, each
+#: pixel's footprint its own size. HLSL and GLSL are the compiler's translation of it.
+BAKE_ENTRY = "bakery_procedural_bake"
+_BAKE = f"""
+RWTexture2D<float4> bakery_output;
+
+[shader("compute")]
+[numthreads(8, 8, 1)]
+void {BAKE_ENTRY}(uint3 tid: SV_DispatchThreadID)
+{{
+    uint width, height;
+    bakery_output.GetDimensions(width, height);
+    if (tid.x >= width || tid.y >= height)
+        return;
+    float2 fw = float2(1.0 / float(width), 1.0 / float(height));
+    bakery_output[tid.xy] = float4(bakery_procedural((float2(tid.xy) + 0.5) * fw, fw), 1.0);
+}}
 """
 
 
-def generate(node: Node, lang: str = "slang") -> str:
-    """Standalone source of ``float3 bakery_procedural(float2 uv)`` in ``lang``."""
+def generate(node: Node, lang: str = "slang", size: tuple[int, int] = (256, 256), *, tile: bool = False) -> str:
+    """Standalone source of ``float3 bakery_procedural(float2 uv[, float2 fw])`` and the
+    compute entry point ``bakery_procedural_bake`` in ``lang``: the Slang written here,
+    HLSL and GLSL compiled from it by the Slang compiler (crosscompile.py; there the
+    compiler names the function ``bakery_procedural_0``)."""
     if lang not in LANGUAGES:
         raise ValueError(f"unknown shader language {lang!r} (known: {', '.join(LANGUAGES)})")
-    body = shader_function(node)
+    slang = library_source(differentiable=False) + "\n" + shader_function(node, size, tile=tile) + _BAKE
     if lang == "slang":
-        return _header(node, lang) + library_source(differentiable=False) + "\n" + body
-    lib = library_source(differentiable=False)
-    if lang == "hlsl":
-        return _header(node, lang) + lib + "\n" + body
-    # GLSL: no `static const` at global scope, `uint` literal suffixes are fine; a `mix`
-    # helper would clash with the GLSL builtin, so rename the library's own mix.
-    lib = lib.replace("bk_mix(", "bk_mix_mask(")
-    body = body.replace("bk_mix(", "bk_mix_mask(")
-    lib = lib.replace("static const float", "const float")
-    return _header(node, lang) + _GLSL_PRELUDE.replace("#define static\n", "") + lib + "\n" + body
+        return _header(node, lang, tile) + slang
+    return _header(node, lang, tile) + compile_to(slang, BAKE_ENTRY, lang)

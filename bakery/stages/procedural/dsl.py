@@ -21,12 +21,19 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 FORMAT = "bakery-procedural"
-VERSION = 1
+VERSION = 2  # 2: anti-aliased edges (no sharpness), sine/triangle warps, cell variation, tiling
 FIELD, COLOUR, SAME = "field", "colour", "same"
 
 
 class ProgramError(ValueError):
     """A program that does not follow the DSL; the message names the node path."""
+
+
+#: How the refinement snaps a parameter to a value a person would write (search.py):
+#: INTEGER (frequencies, counts: whole numbers, and forced when the target tiles),
+#: RATIONAL (offsets, phases, levels: the simplest fraction within reach), COLOUR (a
+#: palette step), or None (left as fitted).
+INTEGER, RATIONAL, COLOUR_STEP = "integer", "rational", "colour"
 
 
 @dataclass(frozen=True)
@@ -36,6 +43,7 @@ class ParamSpec:
     name: str
     size: int | Callable[[Mapping], int]
     scale: float = 1.0
+    snap: str | None = RATIONAL
 
     def count(self, attrs: Mapping) -> int:
         return self.size(attrs) if callable(self.size) else self.size
@@ -50,6 +58,7 @@ class OpSpec:
     attrs: Mapping[str, tuple] = field(default_factory=dict)  # name -> allowed values (first = default)
     transform: bool = False         # evaluates its one input at transformed uv
     cost: Callable[[Mapping], int] | int = 1  # instruction estimate (ALU ops, rough)
+    periodic: bool = True           # tiles over [0, 1]^2 once its INTEGER parameters are whole
 
     def param_count(self, attrs: Mapping) -> int:
         return sum(p.count(attrs) for p in self.params)
@@ -59,33 +68,44 @@ def _stops(attrs) -> int:
     return int(attrs["stops"])
 
 
+def _p(name, size, scale=1.0, snap=RATIONAL) -> ParamSpec:
+    return ParamSpec(name, size, scale, snap)
+
+
 OPS: dict[str, OpSpec] = {o.name: o for o in (
-    OpSpec("linear_gradient", FIELD, params=(ParamSpec("k", 2), ParamSpec("offset", 1)), cost=3),
-    OpSpec("radial_gradient", FIELD, params=(ParamSpec("center", 2), ParamSpec("scale", 1), ParamSpec("offset", 1)),
-           cost=8),
-    OpSpec("stripes_sine", FIELD, params=(ParamSpec("k", 2), ParamSpec("phase", 1)), cost=9),
-    OpSpec("stripes_saw", FIELD, params=(ParamSpec("k", 2), ParamSpec("phase", 1)), cost=5),
-    OpSpec("checker", FIELD, params=(ParamSpec("frequency", 1), ParamSpec("offset", 2),
-                                     ParamSpec("sharpness", 1, 10.0)), cost=22),
-    OpSpec("bricks", FIELD, params=(ParamSpec("count", 2), ParamSpec("offset", 2), ParamSpec("mortar", 1, 0.01),
-                                    ParamSpec("sharpness", 1, 100.0)), cost=30),
-    OpSpec("value_noise", FIELD, params=(ParamSpec("frequency", 1, 4.0), ParamSpec("offset", 2)), cost=30),
-    OpSpec("gradient_noise", FIELD, params=(ParamSpec("frequency", 1, 4.0), ParamSpec("offset", 2)), cost=45),
-    OpSpec("fbm", FIELD, params=(ParamSpec("frequency", 1, 4.0), ParamSpec("gain", 1), ParamSpec("offset", 2)),
+    OpSpec("linear_gradient", FIELD, params=(_p("k", 2), _p("offset", 1)), cost=3, periodic=False),
+    OpSpec("radial_gradient", FIELD, params=(_p("center", 2), _p("scale", 1), _p("offset", 1)), cost=8,
+           periodic=False),
+    OpSpec("stripes_sine", FIELD, params=(_p("k", 2, snap=INTEGER), _p("phase", 1)), cost=9),
+    OpSpec("stripes_saw", FIELD, params=(_p("k", 2, snap=INTEGER), _p("phase", 1)), cost=5),
+    OpSpec("stripes_triangle", FIELD, params=(_p("k", 2, snap=INTEGER), _p("phase", 1)), cost=6),
+    OpSpec("checker", FIELD, params=(_p("frequency", 1, snap=INTEGER), _p("offset", 2)), cost=24),
+    OpSpec("bricks", FIELD, params=(_p("count", 2, snap=INTEGER), _p("offset", 2), _p("mortar", 1, 0.01)), cost=30),
+    OpSpec("brick_cells", FIELD, params=(_p("count", 2, snap=INTEGER), _p("offset", 2), _p("amount", 1)), cost=30),
+    OpSpec("value_noise", FIELD, params=(_p("frequency", 1, 4.0, INTEGER), _p("offset", 2)), cost=30),
+    OpSpec("gradient_noise", FIELD, params=(_p("frequency", 1, 4.0, INTEGER), _p("offset", 2)), cost=45),
+    OpSpec("fbm", FIELD, params=(_p("frequency", 1, 4.0, INTEGER), _p("gain", 1), _p("offset", 2)),
            attrs={"octaves": (4, 1, 2, 3, 5, 6, 7, 8), "basis": ("gradient", "value")},
            cost=lambda a: 8 + int(a["octaves"]) * (50 if a["basis"] == "gradient" else 35)),
-    OpSpec("worley", FIELD, params=(ParamSpec("frequency", 1, 4.0), ParamSpec("jitter", 1), ParamSpec("offset", 2)),
+    OpSpec("worley", FIELD, params=(_p("frequency", 1, 4.0, INTEGER), _p("jitter", 1), _p("offset", 2)),
            cost=190),
-    OpSpec("polar", SAME, (SAME,), params=(ParamSpec("center", 2), ParamSpec("scale", 1)), transform=True, cost=25),
-    OpSpec("warp", SAME, (SAME,), params=(ParamSpec("frequency", 1, 4.0), ParamSpec("amplitude", 1, 0.1),
-                                          ParamSpec("offset", 2)), transform=True, cost=100),
-    OpSpec("threshold", FIELD, (FIELD,), params=(ParamSpec("level", 1), ParamSpec("sharpness", 1, 10.0)), cost=8),
+    OpSpec("worley_cells", FIELD, params=(_p("frequency", 1, 4.0, INTEGER), _p("jitter", 1), _p("offset", 2),
+                                          _p("amount", 1)), cost=200),
+    OpSpec("polar", SAME, (SAME,), params=(_p("center", 2), _p("scale", 1)), transform=True, cost=25, periodic=False),
+    OpSpec("warp", SAME, (SAME,), params=(_p("frequency", 1, 4.0, INTEGER), _p("amplitude", 1, 0.1),
+                                          _p("offset", 2)), transform=True, cost=100),
+    OpSpec("warp_sine", SAME, (SAME,), params=(_p("k", 2, snap=INTEGER), _p("amplitude", 2, 0.1), _p("phase", 1)),
+           transform=True, cost=10),
+    OpSpec("warp_triangle", SAME, (SAME,), params=(_p("k", 2, snap=INTEGER), _p("amplitude", 2, 0.1),
+                                                   _p("phase", 1)), transform=True, cost=12),
+    OpSpec("threshold", FIELD, (FIELD,), params=(_p("level", 1),), cost=10),
     OpSpec("add", SAME, (SAME, SAME), cost=1),
     OpSpec("multiply", SAME, (SAME, SAME), cost=1),
-    OpSpec("ramp", COLOUR, (FIELD,), params=(ParamSpec("positions", _stops), ParamSpec("colours", lambda a: 3 * _stops(a))),
+    OpSpec("ramp", COLOUR, (FIELD,), params=(_p("positions", _stops),
+                                             _p("colours", lambda a: 3 * _stops(a), snap=COLOUR_STEP)),
            attrs={"stops": (2, 3, 4)}, cost=lambda a: 2 + 9 * (int(a["stops"]) - 1)),
     OpSpec("mix", COLOUR, (FIELD, COLOUR, COLOUR), cost=6),
-    OpSpec("constant", COLOUR, params=(ParamSpec("colour", 3),), cost=0),
+    OpSpec("constant", COLOUR, params=(_p("colour", 3, snap=COLOUR_STEP),), cost=0),
 )}
 
 
@@ -158,6 +178,16 @@ def param_count(node: Node) -> int:
 
 
 # -- parameter vectors ------------------------------------------------------------------
+def param_snaps(node: Node) -> list[str | None]:
+    """Per-slot snap kind (ParamSpec.snap), in layout order."""
+    return [p.snap for n in node.walk() for p in n.spec.params for _ in range(p.count(n.attr))]
+
+
+def periodic(node: Node) -> bool:
+    """Whether the program can tile (every op periodic once its integers are whole)."""
+    return all(n.spec.periodic for n in node.walk())
+
+
 def param_scales(node: Node) -> np.ndarray:
     """Per-slot scale: the optimiser works on value / scale (all slots near unit size)."""
     out = []
@@ -209,8 +239,13 @@ def to_json(node: Node) -> dict:
     return d
 
 
-def program_document(node: Node) -> dict:
-    return {"format": FORMAT, "version": VERSION, "root": to_json(node)}
+def program_document(node: Node, *, tile: bool = False) -> dict:
+    """The stored program; ``tile`` says its noise lattices wrap (the program tiles)."""
+    return {"format": FORMAT, "version": VERSION, "tile": bool(tile), "root": to_json(node)}
+
+
+def document_tiles(doc: Mapping) -> bool:
+    return bool(doc.get("tile", False))
 
 
 def from_json(obj, *, require_params: bool = False) -> Node:
@@ -221,6 +256,9 @@ def from_json(obj, *, require_params: bool = False) -> Node:
     if isinstance(obj, Mapping) and "root" in obj:
         if obj.get("format", FORMAT) != FORMAT:
             raise ProgramError(f"format is {obj.get('format')!r}, expected {FORMAT!r}")
+        if obj.get("version", VERSION) != VERSION:
+            raise ProgramError(f"version is {obj.get('version')!r}; this bakery reads version {VERSION} "
+                               f"(bake the texture again)")
         obj = obj["root"]
     node = _parse(obj, "root", require_params)
     if node_type(node) != COLOUR:

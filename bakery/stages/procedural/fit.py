@@ -31,6 +31,8 @@ class FitConfig:
     texture_weight: float = 1.0
     stats_every: int = 1         # steps between refreshes of the statistics (stale ones slow convergence)
     seed: int = 0
+    blur: float = 4.0            # edge footprint (texels) at the first step; 1 from 70% of the steps on
+    tile: bool = False           # noise lattices wrap (the target tiles)
 
 
 @dataclass
@@ -42,14 +44,24 @@ class JobResult:
     texture_loss: float
 
 
-def fit_source(structures: Sequence[Node], texture: bool = True) -> str:
+def blur_at(step: int, steps: int, start: float) -> float:
+    """The edge footprint in texels at ``step``: from ``start`` down to one texel over the
+    first 70% of the fit (coarse to fine: wide edges pull misplaced ones in; exact ones
+    finish), then one texel, what the shipped shader draws."""
+    if steps <= 0 or start <= 1.0:
+        return 1.0
+    t = min(1.0, step / (0.7 * steps))
+    return 1.0 + (start - 1.0) * (1.0 - t) ** 2
+
+
+def fit_source(structures: Sequence[Node], texture: bool = True, tile: bool = False) -> str:
     """The generated Slang of one batch: a fitting function per structure and the switch."""
     max_params = max(1, max(param_count(s) for s in structures))
     parts = [f"#define BK_MAXP {max_params}\n#define BK_TEXTURE {int(texture)}\n", '#include "stages/procedural/primitives.slang"\n']
     for i, s in enumerate(structures):
-        parts.append(fitting_function(s, f"bk_program_{i}", max_params))
-    cases = "".join(f"    case {i}: return bk_program_{i}(uv, p);\n" for i in range(len(structures)))
-    parts.append(f"[Differentiable]\nfloat3 bk_eval(no_diff uint s, no_diff float2 uv, float p[{max_params}])\n{{\n"
+        parts.append(fitting_function(s, f"bk_program_{i}", max_params, tile=tile))
+    cases = "".join(f"    case {i}: return bk_program_{i}(uv, fw, p);\n" for i in range(len(structures)))
+    parts.append(f"[Differentiable]\nfloat3 bk_eval(no_diff uint s, no_diff float2 uv, no_diff float2 fw, float p[{max_params}])\n{{\n"
                  f"    switch (s)\n    {{\n{cases}    default: return float3(0.0, 0.0, 0.0);\n    }}\n}}\n")
     parts.append('#include "stages/procedural/fit.slang"\n')
     return "".join(parts)
@@ -59,7 +71,7 @@ class BatchObjective:
     """The Trainer's objective for one batch of jobs (see fit.slang for the kernels)."""
 
     def __init__(self, device, target: np.ndarray, structures: Sequence[Node],
-                 jobs: Sequence[tuple[int, np.ndarray]], config: FitConfig):
+                 jobs: Sequence[tuple[int, np.ndarray]], config: FitConfig, frozen: Sequence[np.ndarray] | None = None):
         self.device, self.structures, self.config = device, list(structures), config
         self.height, self.width = target.shape[:2]
         n = self.width * self.height
@@ -75,6 +87,10 @@ class BatchObjective:
             values.append(np.asarray(init, np.float64) / self.scales[s])
             offset += count
         self.jobs = table
+        held = np.zeros(max(1, offset), np.uint32)
+        for (s, start, count, _), mask in zip(table, frozen or []):
+            held[start:start + count] = np.asarray(mask, bool)
+        self._frozen = make_buffer(device, held)
         flat = np.concatenate(values) if offset else np.zeros(1)
         self.group = PlainParameters(device, flat.astype(np.float32), lr=config.lr)
         self._target = make_buffer(device, np.ascontiguousarray(target[:, :, :3], np.float32).reshape(-1))
@@ -85,19 +101,19 @@ class BatchObjective:
 
     def slang_source(self) -> str:
         if self._source is None:  # built once: the prepass asks for it every step
-            self._source = fit_source(self.structures, self.config.texture_weight > 0.0)
+            self._source = fit_source(self.structures, self.config.texture_weight > 0.0, self.config.tile)
         return self._source
 
     def vars(self) -> dict:
         return {"g_plain_params": self.group.params, "g_plain_grads": self.group.grads, "g_target": self._target,
-                "g_jobs": self._jobs, "g_stats": self.stats,
+                "g_jobs": self._jobs, "g_frozen": self._frozen, "g_stats": self.stats,
                 "g_render": self._render}
 
     def uniforms(self, step: int, batch: int = 0, seed: int = 0) -> dict:
         c = self.config
         return {"jobs": len(self.jobs), "batch": self.batch, "width": self.width, "height": self.height,
                 "seed": c.seed & 0xFFFFFFFF, "step": step, "pixel_weight": c.pixel_weight,
-                "texture_weight": c.texture_weight}
+                "texture_weight": c.texture_weight, "blur": blur_at(step, c.steps, c.blur)}
 
     def param_groups(self) -> list:
         return [self.group]
@@ -115,7 +131,7 @@ class BatchObjective:
 
     def results(self, trainer: Trainer, target_stats: np.ndarray, target: np.ndarray) -> list[JobResult]:
         n = self.width * self.height
-        trainer.run_kernel("render", len(self.jobs) * n, self.uniforms(0))
+        trainer.run_kernel("render", len(self.jobs) * n, self.uniforms(self.config.steps))
         renders = self._render.to_numpy().view(np.float32)[: len(self.jobs) * n * 3].reshape(
             len(self.jobs), self.height, self.width, 3)
         values = self.group.download().astype(np.float64)
@@ -131,11 +147,16 @@ class BatchObjective:
 
 
 def fit_jobs(device, target: np.ndarray, target_stats: np.ndarray, structures: Sequence[Node],
-             jobs: Sequence[tuple[int, np.ndarray]], config: FitConfig) -> list[JobResult]:
-    """Fits every job (structure index, initial parameters in shader units) by Adam;
-    returns each job's fitted parameters, render and losses (the texture loss against
-    ``target_stats``, the whole target's statistics)."""
-    objective = BatchObjective(device, target, structures, jobs, config)
+             jobs: Sequence[tuple[int, np.ndarray]], config: FitConfig,
+             frozen: Sequence[np.ndarray] | None = None) -> list[JobResult]:
+    """Fits every job (structure index, initial parameters in shader units) by Adam, all
+    in one dispatch per step; ``frozen`` (per job, per slot) holds slots at their value.
+    Returns each job's fitted parameters, render and losses (the texture loss against
+    ``target_stats``, the whole target's statistics). ``steps=0`` just renders."""
+    objective = BatchObjective(device, target, structures, jobs, config, frozen)
+    if config.steps <= 0:
+        trainer = Trainer(device, None, objective, TrainConfig(steps=0, batch=objective.threads()))
+        return objective.results(trainer, target_stats, target)
     train = TrainConfig(steps=config.steps, batch=objective.threads(), optimizer=Adam(lr=config.lr),
                         schedule="cosine", final_lr_ratio=0.05, seed=config.seed)
     trainer = Trainer(device, None, objective, train)
@@ -162,11 +183,11 @@ def screen_jobs(device, target: np.ndarray, structures: Sequence[Node], jobs: Se
     return np.nan_to_num(luma @ t / denom, nan=0.0)
 
 
-def render_program(device, program: Node, width: int, height: int) -> np.ndarray:
+def render_program(device, program: Node, width: int, height: int, *, tile: bool = False) -> np.ndarray:
     """Renders a fitted program at any size through the fitting kernels (one job)."""
     from bakery.stages.procedural.dsl import flatten
     blank = np.zeros((height, width, 3), np.float32)
-    cfg = FitConfig(steps=0, batch=width * height, texture_weight=0.0)
+    cfg = FitConfig(steps=0, batch=width * height, texture_weight=0.0, tile=tile)
     objective = BatchObjective(device, blank, [program.structure()], [(0, flatten(program))], cfg)
     trainer = Trainer(device, None, objective, TrainConfig(steps=0, batch=objective.threads()))
     n = width * height

@@ -22,8 +22,12 @@ from bakery.stages.procedural.dsl import (COLOUR, FIELD, OPS, Node, ProgramError
                                           node_type, program_document)
 
 #: Field primitives (leaves), in the order generation 0 tries them.
-LEAVES = ("linear_gradient", "radial_gradient", "stripes_sine", "stripes_saw", "checker", "bricks",
-          "value_noise", "gradient_noise", "fbm", "worley")
+LEAVES = ("linear_gradient", "radial_gradient", "stripes_sine", "stripes_saw", "stripes_triangle", "checker",
+          "bricks", "value_noise", "gradient_noise", "fbm", "worley")
+#: Domain transforms a field can be wrapped in.
+WRAPS = ("warp_sine", "warp_triangle", "warp", "polar")
+#: A fitted cell layout's per-cell variation: the same cells, hashed (stochastic materials).
+CELLS = {"bricks": ("brick_cells", ("count", "offset")), "worley": ("worley_cells", ("frequency", "jitter", "offset"))}
 
 
 def leaf(op: str) -> Node:
@@ -51,36 +55,49 @@ def _replace_at(node: Node, path: tuple, new: Node) -> Node:
 def mutations(program: Node) -> list[Node]:
     """Every one-step structural edit of ``program`` the built-in proposer knows
     (parameters of untouched nodes are kept)."""
-    out: list[Node] = []
+    return [n for _, n in labelled_mutations(program)]
+
+
+def labelled_mutations(program: Node) -> list[tuple[str, Node]]:
+    """The same edits, each with its kind (swap, threshold, wrap, cells, add, multiply,
+    unwrap, stops, octaves, mix): the proposer takes the simplest of every kind first."""
+    out: list[tuple[str, Node]] = []
     for path, n in _paths(program):
         t = node_type(n)
         if t == FIELD:
             if not n.inputs:  # swap a leaf for another primitive
-                out += [_replace_at(program, path, leaf(op)) for op in LEAVES if op != n.op]
-            out.append(_replace_at(program, path, Node("threshold", (n,), (), ())))
-            for wrap in ("warp", "polar"):
+                out += [("swap", _replace_at(program, path, leaf(op))) for op in LEAVES if op != n.op]
+            out.append(("threshold", _replace_at(program, path, Node("threshold", (n,), (), ()))))
+            for wrap in WRAPS:
                 if n.op != wrap:
-                    out.append(_replace_at(program, path, Node(wrap, (n,), (), ())))
+                    out.append(("wrap", _replace_at(program, path, Node(wrap, (n,), (), ()))))
+            if n.op in CELLS and n.params:  # vary each cell: add its hashed id, same layout
+                op, shared = CELLS[n.op]
+                given = n.param
+                params = tuple((p.name, given[p.name] if p.name in shared else (0.3,)) for p in OPS[op].params)
+                out.append(("cells", _replace_at(program, path, Node("add", (n, Node(op, (), (), params)), (), ()))))
             for comb in ("add", "multiply"):
-                out += [_replace_at(program, path, Node(comb, (n, leaf(op)), (), ())) for op in LEAVES]
-        if n.op in ("threshold", "warp", "polar") and node_type(n.inputs[0]) == t:
-            out.append(_replace_at(program, path, n.inputs[0]))  # unwrap
+                out += [(comb, _replace_at(program, path, Node(comb, (n, leaf(op)), (), ()))) for op in LEAVES]
+        if n.op in ("threshold",) + WRAPS and node_type(n.inputs[0]) == t:
+            out.append(("unwrap", _replace_at(program, path, n.inputs[0])))
         if n.op in ("add", "multiply"):
-            out += [_replace_at(program, path, c) for c in n.inputs]
+            out += [("unwrap", _replace_at(program, path, c)) for c in n.inputs]
         if n.op == "ramp":
             stops = n.attr["stops"]
             for s in (stops - 1, stops + 1):
                 if 2 <= s <= 4:
-                    out.append(_replace_at(program, path, Node("ramp", n.inputs, (("stops", s),), ())))
+                    out.append(("stops", _replace_at(program, path, Node("ramp", n.inputs, (("stops", s),), ()))))
         if n.op == "fbm":
             a = n.attr
             for o in (a["octaves"] - 1, a["octaves"] + 1):
                 if 1 <= o <= 8:
-                    out.append(_replace_at(program, path, n.replace(attrs=(("octaves", o), ("basis", a["basis"])))))
+                    out.append(("octaves", _replace_at(program, path,
+                                                       n.replace(attrs=(("octaves", o), ("basis", a["basis"]))))))
             other = "value" if a["basis"] == "gradient" else "gradient"
-            out.append(_replace_at(program, path, n.replace(attrs=(("octaves", a["octaves"]), ("basis", other)))))
+            out.append(("octaves", _replace_at(program, path,
+                                               n.replace(attrs=(("octaves", a["octaves"]), ("basis", other))))))
     if node_type(program) == COLOUR:
-        out += [Node("mix", (leaf(op), program, Node("constant", (), (), ())), (), ())
+        out += [("mix", Node("mix", (leaf(op), program, Node("constant", (), (), ())), (), ()))
                 for op in ("checker", "bricks", "stripes_sine", "fbm", "worley")]
     return out
 
@@ -93,14 +110,23 @@ class BuiltinProposer:
 
     def propose(self, beam: Sequence[Node], rng: np.random.Generator, limit: int, seen=frozenset()) -> list[Node]:
         """Unseen children of the beam's programs, an equal share per parent (best parent
-        first); within a parent the simplest first (node count, then instruction
-        estimate: the score's own prior), ties in seeded random order."""
+        first); within a parent the simplest of each kind of edit first, then the next
+        of each (node count, then instruction estimate: the score's own prior), ties in
+        seeded random order."""
         out, taken = [], set(seen)
         per_parent = max(1, -(-limit // max(1, len(beam))))
         for parent in beam:
-            kids = mutations(parent)
+            labelled = labelled_mutations(parent)
+            kids = [k for _, k in labelled]
             tie = rng.permutation(len(kids))
-            order = sorted(range(len(kids)), key=lambda i: (complexity(kids[i]), instructions(kids[i]), tie[i]))
+            simplest = sorted(range(len(kids)), key=lambda i: (complexity(kids[i]), instructions(kids[i]), tie[i]))
+            # Round-robin over the kinds of edit, each round simplest first: a small share
+            # then holds a wrap and a combination, not only the cheapest kind.
+            rank, seen_kinds = {}, {}
+            for i in simplest:
+                kind = labelled[i][0]
+                rank[i] = seen_kinds[kind] = seen_kinds.get(kind, -1) + 1
+            order = sorted(simplest, key=lambda i: (rank[i], complexity(kids[i]), instructions(kids[i]), tie[i]))
             share = 0
             for i in order:
                 k = kids[i].key()

@@ -10,6 +10,7 @@ generator, so a search is reproducible.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -17,11 +18,49 @@ import numpy as np
 
 from bakery.baselines.resample import downsample_area
 from bakery.stages.procedural import texture_stats
-from bakery.stages.procedural.dsl import Node, complexity, flatten, instructions, with_params
+from bakery.stages.procedural.dsl import (COLOUR_STEP, INTEGER, RATIONAL, Node, complexity, flatten, instructions,
+                                          param_scales, param_snaps, periodic, with_params)
 from bakery.stages.procedural.fit import FitConfig, fit_jobs, screen_jobs
 
 
 SCREEN_SIZE = 64
+#: Starting points screened per structure at least (a wave warp's phase grid needs 16).
+SCREEN_DRAWS = 16
+#: The snapping phase judges snaps on the target at this size (at most).
+SNAP_SIZE = 128
+#: Denominators a person writes, simplest first: a snap takes the first that keeps the loss.
+DENOMINATORS = {RATIONAL: (1, 2, 4, 5, 8, 10, 20, 100, 1000), COLOUR_STEP: (1, 2, 4, 5, 10, 20, 100, 255)}
+
+
+def _simplest(value: float, denominators: Sequence[int], tolerance: float) -> float:
+    """The fraction with the smallest denominator within ``tolerance`` of ``value``."""
+    for d in denominators:
+        c = float(np.round(value * d) / d) + 0.0
+        if abs(c - value) <= tolerance:
+            return c
+    return float(value)
+
+
+def tiling(image: np.ndarray) -> tuple[bool, float]:
+    """Whether ``image`` tiles: on each axis the step across the wrapped seam (last
+    column to first, last row to first) is no larger than the largest step between
+    neighbouring columns (rows) inside, and so is the change of slope there (second
+    difference), so an edge on the border still counts as seamless while a gradient,
+    unbounded noise or a mirror-symmetric pattern (equal edges, slopes that flip) does
+    not. Returns the verdict and the worst ratio of seam to largest inner value (mean
+    squared differences)."""
+    img = np.asarray(image, np.float64)[:, :, :3]
+    ratios = []
+    for axis in (0, 1):
+        a = np.moveaxis(img, axis, 0)
+        wrapped = np.concatenate([a[-2:], a[:2]])  # ..., a[-2], a[-1] | a[0], a[1]
+        for seam, inner in ((np.diff(wrapped, axis=0)[1:2], np.diff(a, axis=0)),
+                            (np.diff(wrapped, 2, axis=0)[:2], np.diff(a, 2, axis=0))):
+            s = float(np.max(np.mean(seam ** 2, axis=tuple(range(1, a.ndim)))))
+            i = float(np.max(np.mean(inner ** 2, axis=tuple(range(1, a.ndim)))))
+            ratios.append(s / max(i, 1e-8) if s > 1e-8 else 0.0)
+    worst = max(ratios)
+    return worst <= 1.25, worst
 
 
 @dataclass(frozen=True)
@@ -34,6 +73,8 @@ class SearchConfig:
     complexity_weight: float = 1e-4
     fit: FitConfig = field(default_factory=FitConfig)
     refine_steps: int = 0       # a longer final fit of the winner (0: none)
+    snap: bool = True           # snap the winner's parameters to values a person would write
+    tile: bool = False          # the target tiles: periodic programs only, whole frequencies
 
 
 @dataclass
@@ -72,6 +113,16 @@ class Hints:
         power = np.where(half, power, 0.0)
         top = np.argsort(-power.reshape(-1), kind="stable")[:6]
         self.peaks = [(float(kx[i % self.width]), float(ky[i // self.width])) for i in top] or [(4.0, 0.0)]
+        # A phase-modulated (warped) stripe pattern shows sidebands carrier +- modulation
+        # rather than its carrier: each pair of strong peaks, read both ways round.
+        self.pairs = []
+        for i, a in enumerate(self.peaks[:4]):
+            for b in self.peaks[i + 1:4]:
+                for sign in (-1.0, 1.0):
+                    carrier = ((a[0] + sign * b[0]) / 2, (a[1] + sign * b[1]) / 2)
+                    modulation = ((a[0] - sign * b[0]) / 2, (a[1] - sign * b[1]) / 2)
+                    if np.hypot(*carrier) >= 1.0 and np.hypot(*modulation) >= 0.5:
+                        self.pairs.append((carrier, modulation))
         # Luminance slope: field = dot(uv, k) + offset spans the target's range as [0, 1].
         v, u = np.mgrid[0:self.height, 0:self.width]
         a = np.stack([(u.reshape(-1) + 0.5) / self.width, (v.reshape(-1) + 0.5) / self.height,
@@ -102,41 +153,56 @@ def initial_values(node: Node, hints: Hints, rng: np.random.Generator, restart: 
     if op == "radial_gradient":
         c = (0.5, 0.5) if restart == 0 else tuple(rng.uniform(0.2, 0.8, 2))
         return {"center": c, "scale": (rng.uniform(1.0, 2.0),), "offset": (0.0,)}
-    if op in ("stripes_sine", "stripes_saw"):
-        return {"k": peak, "phase": (rng.uniform(0, 1),)}
+    # Edges give gradients only where they lie, so offsets start on a grid the screening
+    # walks (draw r: a 4 x 4 grid of cell fractions), not at random.
+    grid = ((restart % 4) / 4.0, (restart // 4 % 4) / 4.0)
+    if op in ("stripes_sine", "stripes_saw", "stripes_triangle"):
+        return {"k": peak, "phase": ((restart % 16) / 16.0,)}
     if op == "checker":
         f = 2.0 * max(abs(peak[0]), abs(peak[1]))
-        return {"frequency": (f,), "offset": tuple(rng.uniform(0, 1, 2)), "sharpness": (20.0,)}
-    if op == "bricks":
+        return {"frequency": (f,), "offset": grid}
+    if op in ("bricks", "brick_cells"):
         # The fundamental along each axis: the smallest non-zero frequency among the peaks.
         fx = min([abs(k[0]) for k in hints.peaks if k[0]] or [4.0])
         fy = min([abs(k[1]) for k in hints.peaks if k[1] and not k[0]] or [abs(k[1]) for k in hints.peaks if k[1]]
                  or [8.0])
         count = (fx, fy) if restart == 0 else (fx * rng.choice([0.5, 1, 1, 2]), fy * rng.choice([0.5, 1, 1, 2]))
         count = (max(1.0, count[0]), max(1.0, count[1]))
-        return {"count": count, "offset": tuple(rng.uniform(0, 1, 2)), "mortar": (0.1 / max(count),),
-                "sharpness": (50.0,)}  # soft edges first: offsets only get gradients near edges
+        return {"count": count, "offset": grid, "mortar": (0.1 / max(count),),
+                "amount": (0.3,)}
     if op in ("value_noise", "gradient_noise"):
         f = radial if restart % 2 == 0 else float(np.exp(rng.uniform(np.log(2), np.log(16))))
         return {"frequency": (min(f, 32.0),), "offset": tuple(rng.uniform(0, 8, 2))}
     if op == "fbm":
         f = min(radial, 16.0) if restart % 2 == 0 else float(np.exp(rng.uniform(np.log(2), np.log(8))))
         return {"frequency": (f,), "gain": (0.5,), "offset": tuple(rng.uniform(0, 8, 2))}
-    if op == "worley":
+    if op in ("worley", "worley_cells"):
         f = min(radial, 16.0) if restart % 2 == 0 else rng.uniform(3, 10)
-        return {"frequency": (f,), "jitter": (rng.uniform(0.6, 1.0),), "offset": tuple(rng.uniform(0, 8, 2))}
+        return {"frequency": (f,), "jitter": (rng.uniform(0.6, 1.0),), "offset": tuple(rng.uniform(0, 8, 2)),
+                "amount": (0.3,)}
     if op == "polar":
         jitter = (0, 0) if restart == 0 else rng.normal(0, 0.05, 2)
         return {"center": (0.5 + jitter[0], 0.5 + jitter[1]), "scale": (1.0,)}
     if op == "warp":
         return {"frequency": (rng.uniform(2, 6),), "amplitude": (rng.uniform(0.03, 0.15),),
                 "offset": tuple(rng.uniform(0, 8, 2))}
+    if op in ("warp_sine", "warp_triangle"):
+        # A wave across one axis displacing along the other (restarts 0 and 1 try both).
+        axis = restart % 2 if restart < 2 else int(rng.integers(2))
+        m = 2.0 if restart < 2 else float(rng.integers(1, 5))
+        a = 0.05 if restart < 2 else float(rng.uniform(0.02, 0.1))
+        k, amp = ((0.0, m), (a, 0.0)) if axis == 0 else ((m, 0.0), (0.0, a))
+        return {"k": k, "amplitude": amp, "phase": (0.0 if restart < 2 else rng.uniform(0, 1),)}
     if op == "threshold":
-        return {"level": (0.5 + (0 if restart == 0 else rng.uniform(-0.2, 0.2)),), "sharpness": (10.0,)}
+        return {"level": (0.5 + (0 if restart == 0 else rng.uniform(-0.2, 0.2)),)}
     if op == "ramp":
         n = int(node.attr["stops"])
         cols = hints.colours(n)
         if restart > 0:
+            # A ramp need not run dark to light: later draws try the stops in every order
+            # (the fit cannot carry one colour past another).
+            orders = list(itertools.permutations(range(n)))
+            cols = cols[list(orders[restart % len(orders)])]
             cols = np.clip(cols + rng.normal(0, 0.05, cols.shape), 0, 1)
         return {"positions": tuple(np.linspace(0, 1, n)), "colours": tuple(cols.reshape(-1))}
     if op == "constant":
@@ -148,6 +214,19 @@ def initialise(program: Node, hints: Hints, rng: np.random.Generator, restart: i
     """Layout-order parameters: a node's own where it has them, hints/random otherwise."""
 
     def fill(n: Node) -> Node:
+        if (n.op in ("warp_sine", "warp_triangle") and not n.params and n.inputs[0].op.startswith("stripes_")
+                and hints.pairs):
+            # Stripes under a new wave warp: carrier and modulation from a pair of sidebands
+            # (the stripes' own fitted frequency is usually one sideband: replaced).
+            # Draws walk a 4 x 4 grid of the two phases (the fit cannot cross a half-turn of
+            # the warp's), then the next reading of the sidebands; screening picks.
+            carrier, modulation = hints.pairs[(restart // 16) % len(hints.pairs)]
+            c2 = max(1e-6, carrier[0] ** 2 + carrier[1] ** 2)
+            child = n.inputs[0]
+            stripes = child.replace(params=(("k", tuple(carrier)), ("phase", ((restart % 16) // 4 / 4.0,))))
+            warp = (("k", tuple(modulation)), ("amplitude", (0.3 * carrier[0] / c2, 0.3 * carrier[1] / c2)),
+                    ("phase", (restart % 4 / 4.0,)))
+            return n.replace(inputs=(stripes,), params=warp)
         inputs = tuple(fill(c) for c in n.inputs)
         if len(n.params) == len(n.spec.params):
             return n.replace(inputs=inputs)
@@ -186,9 +265,21 @@ def pareto_front(candidates: Sequence[Candidate]) -> list[Candidate]:
 
 class Search:
     def __init__(self, device, target: np.ndarray, config: SearchConfig, builtin, command=None, *, seed: int = 0,
-                 log=None, progress=None):
+                 log=None, progress=None, detail: np.ndarray | None = None):
+        """``target`` is what the structures are fitted to; ``detail`` (default: the
+        target) a sharper copy the snapping phase judges at, at most SNAP_SIZE wide."""
         self.device, self.config = device, config
+        if config.tile:
+            self.config = config = SearchConfig(**{**config.__dict__, "fit": FitConfig(**{**config.fit.__dict__,
+                                                                                          "tile": True})})
         self.target = np.ascontiguousarray(np.asarray(target, np.float32)[:, :, :3])
+        detail = self.target if detail is None else np.asarray(detail, np.float32)[:, :, :3]
+        dh, dw = detail.shape[:2]
+        f = min(1.0, SNAP_SIZE / max(dh, dw))
+        self.detail = np.ascontiguousarray(detail if f == 1.0 else downsample_area(
+            detail, max(8, round(dw * f)), max(8, round(dh * f))))
+        self.detail_stats = texture_stats.statistics(self.detail)
+        self.snaps: dict = {}
         self.target_stats = texture_stats.statistics(self.target)
         self.hints = Hints(self.target)
         # Screening only ranks starting points: a small copy of the target is enough.
@@ -202,10 +293,16 @@ class Search:
         self.log, self.progress = log, progress
         self.evaluated: dict[str, Candidate] = {}
 
-    def _fit(self, programs: Sequence[tuple[Node, str]], generation: int, fit: FitConfig) -> list[Candidate]:
+    def _fit(self, programs: Sequence[tuple[Node, str]], generation: int, fit: FitConfig,
+             detail: bool = False) -> list[Candidate]:
+        """Fits ``programs`` (restarts each, one batch); ``detail`` fits at the detail
+        size instead (the final refinement, so parameters are exact at full size)."""
+        target, stats = (self.detail, self.detail_stats) if detail else (self.target, self.target_stats)
         structures = [p.structure() for p, _ in programs]
         fit = FitConfig(**{**fit.__dict__, "seed": (self.seed * 1000003 + generation) & 0xFFFFFFFF})
-        restarts, draws = self.config.restarts, self.config.restarts * max(1, self.config.screen)
+        restarts = self.config.restarts
+        draws = 1 if restarts == 1 else max(restarts * max(1, self.config.screen),
+                                            SCREEN_DRAWS if self.config.screen > 1 else 1)
         jobs = [(s, initialise(p, self.hints, self.rng, r)) for s, (p, _) in enumerate(programs) for r in range(draws)]
         if draws > restarts:
             # Screen many starting points cheaply; train the first (hinted/inherited) one
@@ -215,7 +312,7 @@ class Search:
             keep = [s * draws + r for s in range(len(programs))
                     for r in [0] + sorted(range(1, draws), key=lambda r: (distance[s, r], r))[: restarts - 1]]
             jobs = [(jobs[i][0], _orient_ramp(structures[jobs[i][0]], jobs[i][1], corr[i])) for i in keep]
-        results = fit_jobs(self.device, self.target, self.target_stats, structures, jobs, fit)
+        results = fit_jobs(self.device, target, stats, structures, jobs, fit)
         best: dict[int, Candidate] = {}
         for r in results:
             program, origin = programs[r.structure]
@@ -249,7 +346,7 @@ class Search:
             fresh, seen = [], set()
             for p, origin in proposals:
                 k = p.key()
-                if k in self.evaluated or k in seen:
+                if k in self.evaluated or k in seen or (cfg.tile and not periodic(p)):
                     continue
                 seen.add(k)
                 fresh.append((p, origin))
@@ -270,11 +367,145 @@ class Search:
         if cfg.refine_steps > 0:
             fit = FitConfig(**{**cfg.fit.__dict__, "steps": cfg.refine_steps, "lr": cfg.fit.lr * 0.25})
             saved, self.config = self.config, SearchConfig(**{**cfg.__dict__, "restarts": 1})
-            refined = self._fit([(best.program, best.origin)], cfg.generations, fit)[0]
+            refined = self._fit([(best.program, best.origin)], cfg.generations, fit, detail=True)[0]
             self.config = saved
-            if refined.score < best.score:
+            # Scores at the detail size: the winner's own, for a fair comparison.
+            fit0 = FitConfig(**{**fit.__dict__, "steps": 0})
+            (r,) = fit_jobs(self.device, self.detail, self.detail_stats, [best.program.structure()],
+                            [(0, flatten(best.program))], fit0)
+            if refined.loss <= r.pixel_mse + fit.texture_weight * r.texture_loss:
                 self.evaluated[best.program.key()] = best = refined
+        if cfg.snap or cfg.tile:
+            snapped = self.snap(best)
+            if snapped is not best:
+                self.evaluated[best.program.key()] = best = snapped
         return best
+
+    # -- snapping ------------------------------------------------------------------------
+    def _judge(self, structure: Node, values: Sequence[np.ndarray]) -> list[float]:
+        """Image loss of each parameter vector at the detail size (one render dispatch)."""
+        fit = FitConfig(**{**self.config.fit.__dict__, "steps": 0})
+        results = fit_jobs(self.device, self.detail, self.detail_stats, [structure],
+                           [(0, v) for v in values], fit)
+        return [r.pixel_mse + fit.texture_weight * r.texture_loss for r in results]
+
+    def _whole(self, structure: Node, values: np.ndarray) -> np.ndarray:
+        """INTEGER slots rounded (never to 0 for a frequency or count; to even cells where
+        tiling needs them: a checker's frequency, a brick wall's rows)."""
+        out = values.copy()
+        i = 0
+        for n in structure.walk():
+            for p in n.spec.params:
+                k = p.count(n.attr)
+                if p.snap == INTEGER:
+                    for j in range(k):
+                        v = float(np.round(values[i + j]))
+                        if p.name in ("frequency", "count"):
+                            v = max(1.0, abs(v)) * (1.0 if values[i + j] >= 0 else -1.0)
+                        if self.config.tile and ((n.op == "checker") or (n.op in ("bricks", "brick_cells") and j == 1)):
+                            v = 2.0 * max(1.0, float(np.round(values[i + j] / 2.0)))
+                        out[i + j] = v + 0.0  # never -0
+                i += k
+        return out
+
+    def snap(self, best: Candidate) -> Candidate:
+        """Parameters snapped to what a person would write, each snap kept only where the
+        loss (at the detail size) does not rise: whole frequencies first (the other
+        parameters re-fitted around them; forced when tiling, so the program tiles), then
+        each offset, phase, level and colour to its simplest nearby fraction."""
+        structure = best.program.structure()
+        values = flatten(best.program)
+        kinds = param_snaps(structure)
+        (loss,) = self._judge(structure, [values])
+        start = loss
+        ints = np.array([k == INTEGER for k in kinds])
+        taken = {"integer": 0, "rational": 0}
+        if ints.any():
+            whole = self._whole(structure, values)
+            if not np.array_equal(whole, values):
+                steps = max(20, self.config.refine_steps // 2 or self.config.fit.steps // 2)
+                fit = FitConfig(**{**self.config.fit.__dict__, "steps": steps, "lr": self.config.fit.lr * 0.25,
+                                   "blur": 1.5, "seed": (self.seed * 1000003 + 7919) & 0xFFFFFFFF})
+                (r,) = fit_jobs(self.device, self.detail, self.detail_stats, [structure], [(0, whole)], fit,
+                                frozen=[ints])
+                (refit,) = self._judge(structure, [r.params])
+                if self.config.tile or refit <= loss:
+                    values, loss = r.params, refit
+                    taken["integer"] = int(ints.sum())
+        frozen = ints.copy() if taken["integer"] else np.zeros_like(ints)
+        # Offsets, phases, levels and ramp positions together at their simplest nearby
+        # fractions, the colours re-fitted around them (a ramp's stops and colours trade off).
+        fractions = np.array([k == RATIONAL and not frozen[i] for i, k in enumerate(kinds)])
+        scales = param_scales(structure)
+        if fractions.any():
+            joint = values.copy()
+            for i in np.flatnonzero(fractions):  # within 2% of the slot's unit (ParamSpec.scale)
+                joint[i] = _simplest(values[i], DENOMINATORS[RATIONAL], 0.02 * scales[i])
+            if not np.array_equal(joint, values):
+                fit = FitConfig(**{**self.config.fit.__dict__, "steps": max(20, self.config.fit.steps // 2),
+                                   "lr": self.config.fit.lr * 0.25, "blur": 1.0,
+                                   "seed": (self.seed * 1000003 + 7927) & 0xFFFFFFFF})
+                (r,) = fit_jobs(self.device, self.detail, self.detail_stats, [structure], [(0, joint)], fit,
+                                frozen=[frozen | fractions])
+                (refit,) = self._judge(structure, [r.params])
+                if refit <= loss * (1 + 1e-6) + 1e-12:
+                    values, loss = r.params, refit
+                    frozen = frozen | fractions
+                    taken["rational"] = int(fractions.sum())
+        # Then each remaining slot: every candidate judged in one dispatch, taken greedily.
+        trials, where = [], []
+        for i, kind in enumerate(kinds):
+            if kind not in DENOMINATORS or frozen[i]:
+                continue
+            seen = {float(values[i])}
+            for d in DENOMINATORS[kind]:
+                c = float(np.round(values[i] * d) / d) + 0.0
+                if kind == COLOUR_STEP:
+                    c = min(1.0, max(0.0, c))
+                if c in seen:
+                    continue
+                seen.add(c)
+                t = values.copy()
+                t[i] = c
+                trials.append(t)
+                where.append((i, c))
+        if trials:
+            losses = self._judge(structure, trials)
+            picks: dict[int, float] = {}
+            for (i, c), l in zip(where, losses):
+                if i not in picks and l <= loss * (1 + 1e-6) + 1e-12:
+                    picks[i] = c  # the simplest candidate that keeps the loss
+            if picks:
+                joint = values.copy()
+                for i, c in picks.items():
+                    joint[i] = c
+                (l,) = self._judge(structure, [joint])
+                if l <= loss * (1 + 1e-6) + 1e-12:
+                    values, loss = joint, l
+                    taken["rational"] += len(picks)
+                else:  # interacting snaps: take them one by one
+                    for i, c in picks.items():
+                        t = values.copy()
+                        t[i] = c
+                        (l,) = self._judge(structure, [t])
+                        if l <= loss * (1 + 1e-6) + 1e-12:
+                            values, loss = t, l
+                            taken["rational"] += 1
+        self.snaps = {"integer_slots": taken["integer"], "fraction_slots": taken["rational"],
+                      "loss_before": start, "loss_after": loss, "forced": bool(self.config.tile)}
+        if self.log is not None:
+            self.log.info("snapped %d whole and %d fractional parameters; loss %.3g -> %.3g (at %dx%d)",
+                          taken["integer"], taken["rational"], start, loss, self.detail.shape[1],
+                          self.detail.shape[0])
+        if not (taken["integer"] or taken["rational"]):
+            return best
+        program = with_params(structure, values)
+        (r,) = fit_jobs(self.device, self.detail, self.detail_stats, [structure], [(0, values)],
+                        FitConfig(**{**self.config.fit.__dict__, "steps": 0}))
+        image_loss = r.pixel_mse + self.config.fit.texture_weight * r.texture_loss
+        return Candidate(program, r.pixel_mse, r.texture_loss, image_loss,
+                         image_loss + self.config.complexity_weight * best.nodes, best.nodes, best.instructions,
+                         best.generation, best.origin, r.render)
 
     def front(self) -> list[Candidate]:
         return pareto_front(self.evaluated.values())

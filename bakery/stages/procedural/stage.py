@@ -3,8 +3,9 @@
 A search over program structures (proposers.py, search.py), each candidate's parameters
 fitted by Adam on the device (fit.py), scored by image loss + complexity. The bundle holds
 the program (JSON), its shader in Slang/HLSL/GLSL, renders at the source size and at 4x
-drawn by that shader, the target, a difference image, the loss/complexity Pareto front,
-and the program's bytes beside the PNG and BC7 bytes of the image.
+drawn by that shader, a 3x3 repeat of it (does it tile?), the target, a difference image,
+the loss/complexity Pareto front, and the program's bytes beside the PNG and BC7 bytes of
+the image. A target whose opposite edges meet (search.tiling) gets a program that tiles.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from bakery.stages.procedural.dsl import complexity, instructions, param_count, 
 from bakery.stages.procedural.fit import FitConfig
 from bakery.stages.procedural.proposers import make_proposers
 from bakery.stages.procedural.render import render_shader
-from bakery.stages.procedural.search import Search, SearchConfig
+from bakery.stages.procedural.search import Search, SearchConfig, tiling
 
 MIN_SIZE = 32
 
@@ -38,7 +39,7 @@ MIN_SIZE = 32
 PRESETS = Presets({
     "cpu": {"preview": dict(generations=1, population=6, beam=2, restarts=2, steps=80, batch=1024, fit_size=48,
                             refine_steps=60),
-            "production": dict(generations=2, population=10, beam=2, restarts=2, steps=100, batch=1024, fit_size=48,
+            "production": dict(generations=2, population=10, beam=3, restarts=2, steps=100, batch=1024, fit_size=48,
                                refine_steps=100),
             "final": dict(generations=3, population=16, beam=3, restarts=4, steps=180, batch=1024, fit_size=64,
                           refine_steps=400)},
@@ -56,7 +57,7 @@ BUDGET = ("generations", "population", "beam", "restarts", "steps", "batch", "fi
 @register
 class Procedural(Stage):
     type_name = "procedural"
-    version = "1"
+    version = "2"
     description = "find a compact procedural shader program that draws the texture"
     input_roles = ("image",)
     presets = PRESETS
@@ -75,6 +76,8 @@ class Procedural(Stage):
         Param("texture_weight", float, 5.0, "weight of the texture-statistics term in the image loss",
               min=0.0, max=1e4),
         Param("proposer", str, "builtin", "structure proposer: 'builtin' or 'cmd:COMMAND' (adds a command's programs)"),
+        Param("tile", str, "detect", "make the program tile: 'detect' (when the image's opposite edges meet), "
+              "'yes', 'no'", choices=("detect", "yes", "no")),
     )
 
     def run(self, ctx, inputs, params) -> StageResult:
@@ -94,22 +97,28 @@ class Procedural(Stage):
         scale = min(1.0, used["fit_size"] / max(h, w))
         fw, fh = max(MIN_SIZE, round(w * scale)), max(MIN_SIZE, round(h * scale))
         fit_target = rgb if (fw, fh) == (w, h) else downsample_area(rgb, fw, fh)
+        seamless, seam_ratio = tiling(rgb)
+        tile = seamless if params["tile"] == "detect" else params["tile"] == "yes"
         fit = FitConfig(steps=used["steps"], batch=used["batch"], lr=params["lr"],
                         texture_weight=params["texture_weight"])
         config = SearchConfig(generations=used["generations"], population=used["population"], beam=used["beam"],
                               restarts=used["restarts"], complexity_weight=params["complexity_weight"], fit=fit,
-                              refine_steps=used["refine_steps"])
+                              refine_steps=used["refine_steps"], tile=tile)
         search = Search(device, fit_target, config, builtin, command, seed=ctx.seed, log=ctx.log,
-                        progress=ctx.progress)
+                        progress=ctx.progress, detail=rgb)
         best = search.run()
         program = best.program
 
-        sources = {lang: codegen.generate(program, lang) for lang in codegen.LANGUAGES}
+        sources = {lang: codegen.generate(program, lang, (w, h), tile=tile) for lang in codegen.LANGUAGES}
         render = render_shader(device, program, w, h, sources["slang"])
         render4 = render_shader(device, program, 4 * w, 4 * h, sources["slang"])
+        repeat3 = render_shader(device, program, 3 * w, 3 * h, sources["slang"], repeat=3.0)
+        # Seam check: the program one period on (uv + 1) against itself, both axes.
+        shifted = [render_shader(device, program, w, h, sources["slang"], origin=o) for o in ((1.0, 0.0), (0.0, 1.0))]
+        seam = max(float(np.abs(s - render).max()) for s in shifted)
         score = psnr(render, rgb)
         tex = texture_stats.texture_loss(render, texture_stats.statistics(rgb))
-        doc = program_document(program)
+        doc = program_document(program, tile=tile)
         program_bytes = len(json.dumps(doc, separators=(",", ":")))  # the compact form an engine would store
         sizes = {"program_json": program_bytes, "params_fp32": 4 * param_count(program),
                  "png": len(encode_png(image)), "bc7": bcn.encoded_size("bc7", w, h)}
@@ -121,6 +130,7 @@ class Procedural(Stage):
             out.write_bytes(f"procedural.{lang}", text.encode(), role="shader")
         out.write_png("render.png", render)
         out.write_png("render_4x.png", render4)
+        out.write_png("tile3x3.png", repeat3, role="preview")
         out.write_png("target.png", image)
         # |render - target| x 4, so small errors are visible.
         out.write_png("difference.png", np.clip(4.0 * np.abs(render - rgb), 0.0, 1.0))
@@ -131,11 +141,15 @@ class Procedural(Stage):
                      score)
         metrics = {"psnr_db": round(score, 4), "complexity": complexity(program),
                    "instructions": instructions(program), "texture_loss": round(tex, 8),
-                   "program_bytes": program_bytes, "png_bytes": sizes["png"], "bc7_bytes": sizes["bc7"]}
+                   "program_bytes": program_bytes, "png_bytes": sizes["png"], "bc7_bytes": sizes["bc7"],
+                   "tiles": tile, "period_error": round(seam, 6)}
         return StageResult(metrics=metrics, manifest={
             "source": {"width": w, "height": h, "channels": c, "alpha_ignored": c == 4},
             "search": {**used, "fit_width": fw, "fit_height": fh, "structures_fitted": len(search.evaluated),
                        "from_command": sum(1 for c in search.evaluated.values() if c.origin == "cmd")},
+            "tiling": {"target_seam_ratio": round(seam_ratio, 4), "target_tiles": seamless, "program_tiles": tile,
+                       "period_error": round(seam, 6), "preview": "tile3x3.png"},
+            "snapping": search.snaps,
             "sizes": sizes})
 
 

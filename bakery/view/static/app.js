@@ -87,10 +87,16 @@ function arrayTexture(levels, mip) {
 // Renders a full-screen fragment shader at width x height; returns RGBA8 rows, row 0 at
 // gl_FragCoord.y = 0.5 (the shaders put image row 0 there, so rows come out top first).
 function renderPixels(material, width, height) {
-  const target = new THREE.WebGLRenderTarget(width, height, { depthBuffer: false });
   quad.material = material;
+  return readBack(quadScene, quadCamera, width, height, { depthBuffer: false });
+}
+
+// Renders ``scene`` into an offscreen target; returns its RGBA8 rows as GL reads them
+// (bottom first).
+function readBack(scene, camera, width, height, options = {}) {
+  const target = new THREE.WebGLRenderTarget(width, height, options);
   renderer.setRenderTarget(target);
-  renderer.render(quadScene, quadCamera);
+  renderer.render(scene, camera);
   const out = new Uint8Array(width * height * 4);
   renderer.readRenderTargetPixels(target, 0, 0, width, height, out);
   renderer.setRenderTarget(null);
@@ -270,14 +276,7 @@ void main() {
   const camera = new THREE.PerspectiveCamera(40, width / height, 0.1, 50);
   camera.position.set(0, 0.9, 3.6);
   camera.lookAt(0, 0, -0.5);
-  const target = new THREE.WebGLRenderTarget(width, height);
-  renderer.setRenderTarget(target);
-  renderer.render(scene, camera);
-  const out = new Uint8Array(width * height * 4);
-  renderer.readRenderTargetPixels(target, 0, 0, width, height, out);
-  renderer.setRenderTarget(null);
-  target.dispose();
-  return flipRows(out, width, height);
+  return flipRows(readBack(scene, camera, width, height), width, height);
 }
 
 function select(label, options, onChange) {
@@ -458,14 +457,7 @@ async function recedingPlane(tex, width, height) {
   const camera = new THREE.PerspectiveCamera(50, width / height, 0.05, 50);
   camera.position.set(0, 0.35, 5.8);
   camera.lookAt(0, 0, -2);
-  const target = new THREE.WebGLRenderTarget(width, height);
-  renderer.setRenderTarget(target);
-  renderer.render(scene, camera);
-  const out = new Uint8Array(width * height * 4);
-  renderer.readRenderTargetPixels(target, 0, 0, width, height, out);
-  renderer.setRenderTarget(null);
-  target.dispose();
-  return flipRows(out, width, height);
+  return flipRows(readBack(scene, camera, width, height), width, height);
 }
 
 async function viewMipmap(b, el) {
@@ -527,7 +519,7 @@ async function viewImages(b, el) {
     row.append(figure(toCanvas(r.pixels, r.width, r.height, scaleFor(r.width)), 'decoded in WebGL (decoder.webgl.glsl)'));
   }
   const shown = { neural_texture: ['preview.png', 'reference.png', 'difference.png'],
-                  procedural: ['render.png', 'target.png', 'difference.png'],
+                  procedural: ['render.png', 'target.png', 'difference.png', 'tile3x3.png'],
                   fit: ['render.png', 'reference.png', 'difference.png'] }[b.type] || [];
   for (const name of shown) if (b.files[name]) row.append(image(b, name, name));
 }
