@@ -85,18 +85,18 @@ def _mutate_container(folder: Path, m: dict, rng: random.Random) -> str:
 
     name = rng.choice([n for n in ("weights.bin", "latents.bin", "latents.dds", "extra.ktx2") if (folder / n).exists()])
     data = bytearray((folder / name).read_bytes())
-    kind = rng.choice(["truncate", "flip", "append", "u32", "bomb"])
+    kind = rng.choice(["truncate", "flip", "append", "u32", "bomb"]) if len(data) >= 4 else "append"
     if kind == "truncate":
         data = data[:rng.randrange(len(data))]
     elif kind == "flip":
         for _ in range(rng.randint(1, 8)):
             data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
     elif kind == "append":
-        data += os.urandom(rng.randint(1, 64))
+        data += bytes(rng.randrange(256) for _ in range(rng.randint(1, 64)))
     elif kind == "u32":
         off = rng.randrange(0, max(1, min(len(data), 160) - 4)) & ~3
         struct.pack_into("<I", data, off, rng.choice([0, 1, 0xFFFFFFFF, 0x7FFFFFFF, 65536, 1 << 20]))
-    elif name == "extra.ktx2":  # a zstd level that claims to inflate to gigabytes
+    elif name == "extra.ktx2" and len(data) >= 104:  # a zstd level that claims to inflate to gigabytes
         from bakery.formats.ktx2 import HEADER, LEVEL
 
         fields = list(HEADER.unpack_from(data, 0))

@@ -529,9 +529,12 @@ def test_float_and_wide_integer_images_are_values_or_refused_never_black(tmp_pat
     Image.fromarray(np.full((8, 8), 1 << 20, np.int32), mode="I").save(tmp_path / "wide.tif")
     with pytest.raises(UsageError, match=r"wide\.tif: 32-bit integer samples"):
         load_image(tmp_path / "wide.tif")
-    (tmp_path / "albedo.exr").write_bytes(b"\x76\x2f\x31\x01" + bytes(60))
-    with pytest.raises(UsageError, match=r"albedo\.exr: OpenEXR images are not read"):
+    (tmp_path / "albedo.exr").write_bytes(b"\x76\x2f\x31\x01" + bytes(60))  # cut short
+    with pytest.raises(UsageError, match=r"albedo\.exr: cannot read OpenEXR"):
         load_image(tmp_path / "albedo.exr")
+    (tmp_path / "sky.hdr").write_bytes(b"#?RADIANCE\n" + bytes(60))
+    with pytest.raises(UsageError, match=r"sky\.hdr: Radiance HDR images are not read"):
+        load_image(tmp_path / "sky.hdr")
 
 
 # -- 8. the rest -------------------------------------------------------------------------------

@@ -51,7 +51,7 @@ def load_image(path: str | Path, *, key: str | None = None) -> np.ndarray:
     except UnidentifiedImageError as e:
         if path.suffix.lower() in _UNREAD:
             raise UsageError(f"{_UNREAD[path.suffix.lower()]} images are not read by bakery; convert it to a 16-bit "
-                             "PNG or a 32-bit float TIFF", where=str(path), key=key) from None
+                             "PNG, a 32-bit float TIFF or an OpenEXR file", where=str(path), key=key) from None
         raise UsageError(f"cannot read image ({type(e).__name__}: {e})", where=str(path), key=key) from None
     except (OSError, ValueError) as e:
         raise UsageError(f"cannot read image ({type(e).__name__}: {e})", where=str(path), key=key) from None
@@ -117,7 +117,7 @@ def image_size(path: str | Path, *, key: str | None = None) -> tuple[int, int]:
 
 
 #: Formats Pillow cannot decode: refused by name rather than as an unknown file.
-_UNREAD = {".exr": "OpenEXR", ".hdr": "Radiance HDR"}
+_UNREAD = {".hdr": "Radiance HDR"}
 
 
 def _load_wide_grey(im, path: Path, key: str | None) -> np.ndarray:
