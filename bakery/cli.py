@@ -129,6 +129,9 @@ def run(stage, inputs, out_dir, param_items, seed, device_kind, dispatch_timeout
     stage_cls = get_stage(stage, key="STAGE")
     params = stage_cls.validate(_parse_params(param_items), key_prefix="--param")
     roles = stage_cls.input_roles
+    missing = [p for p in inputs if not Path(p).exists()]
+    if missing:
+        raise UsageError("not found", where=str(missing[0]), key="INPUTS")
     if len(inputs) == 1 and Path(inputs[0]).is_dir() and len(roles) > 1:
         files = role_files(Path(inputs[0]), roles)
     elif len(inputs) == len(roles):
@@ -182,6 +185,20 @@ def run(stage, inputs, out_dir, param_items, seed, device_kind, dispatch_timeout
 def _timed(device, seconds: float):
     device.dispatch_timeout = seconds
     return device
+
+
+@main.command("init")
+@click.argument("folder", default=".", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="Replace an existing pipeline.toml.")
+def init_cmd(folder, force):
+    """Write FOLDER/pipeline.toml for the textures and material folders found below FOLDER."""
+    from bakery.scaffold import init
+
+    target, found = init(folder, folder / "pipeline.toml", force=force)
+    n_mat = sum(len(v) for v in found.materials.values())
+    n_tex = sum(len(v) for v in found.textures.values())
+    click.echo(f"wrote {target}: {n_mat} material(s), {n_tex} single texture(s). Next: bakery bake"
+               + ("" if folder == Path(".") else f" {target}") + ", then bakery view out")
 
 
 @main.command("inspect-inputs")

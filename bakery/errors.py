@@ -77,3 +77,12 @@ def display_path(p: Path) -> str:
         return str(Path(p).resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(p)
+
+
+def did_you_mean(word: object, choices) -> str:
+    """``" (did you mean 'psnr_db'?)"`` for the closest of ``choices`` to a misspelt
+    ``word``, or ``""`` where none is close: appended to every "unknown ..." message."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -19,7 +19,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from bakery.errors import UsageError
+from bakery.errors import UsageError, did_you_mean
 from bakery.formats.images import load_image
 
 
@@ -218,7 +218,8 @@ def load_textures(files: Mapping[str, Path], roles: Sequence[str] | None = None)
     given = bindings(files)
     unknown = sorted(set(given) - set(ROLES))
     if unknown:
-        raise UsageError(f"unknown texture role(s) {', '.join(unknown)} (known: {', '.join(ROLES)})", key="inputs")
+        hint = did_you_mean(unknown[0], ROLES) if len(unknown) == 1 else ""
+        raise UsageError(f"unknown texture role(s) {', '.join(unknown)}{hint} (known: {', '.join(ROLES)})", key="inputs")
     read: dict[Path, np.ndarray] = {}
 
     def image(b: Binding) -> np.ndarray:

@@ -140,8 +140,14 @@ class StageProgress:
                             dynamic_ncols=True)
         self._last_line = 0.0
 
-    def task_callback(self, asset: str):
+    def task_callback(self, asset: str, clock: Callable[[], float] = time.monotonic):
+        """``ctx.progress`` for one task: lines (or the bar's postfix) named ``stage/asset``,
+        with the time left from the count's rate where the stage does not say it."""
+        started = clock()
+
         def progress(done: Any = None, total: Any = None, **info: Any) -> None:
+            if "eta" not in info and isinstance(done, (int, float)) and isinstance(total, (int, float)) and done > 0:
+                info["eta"] = (clock() - started) / done * max(0, total - done)
             text = describe(done, total, info)
             if self.bar is not None:
                 self.bar.set_postfix_str(f"{asset} {text}", refresh=True)
@@ -153,17 +159,36 @@ class StageProgress:
                 self.log.info("%s/%s: %s", self.stage, asset, text)
         return progress
 
-    def finished(self, asset: str, status: str, seconds: float, detail: str = "") -> None:
+    def finished(self, asset: str, status: str, seconds: float, detail: str = "", overall: str = "") -> None:
+        """One task done; ``overall`` is the bake's count and time left (:class:`BakeCount`)."""
         self.done += 1
         if self.bar is not None:
             self.bar.update(1)
+            if overall:
+                self.bar.set_postfix_str(overall, refresh=True)
             if status == "failed":
                 self.bar.write(f"{self.stage}/{asset}: failed: {detail}", file=self.stream)
         else:
             tail = f" ({detail})" if detail else ""
-            self.log.info("[%d/%d] %s/%s %s in %.2f s%s", self.done, self.total, self.stage, asset,
-                          status, seconds, tail)
+            self.log.info("[%d/%d] %s/%s %s in %.2f s%s%s", self.done, self.total, self.stage, asset,
+                          status, seconds, tail, f"; {overall}" if overall else "")
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+class BakeCount:
+    """The whole bake's progress: tasks done of all, and the time left at the rate so far."""
+
+    def __init__(self, total: int, clock: Callable[[], float] = time.monotonic):
+        self.total, self.done, self.clock = total, 0, clock
+        self._start = clock()
+
+    def finished(self) -> str:
+        self.done += 1
+        left = self.total - self.done
+        if not left:
+            return f"bake: {self.done}/{self.total} tasks"
+        eta = (self.clock() - self._start) / self.done * left
+        return f"bake: {self.done}/{self.total} tasks, ~{format_seconds(eta)} left"

@@ -119,7 +119,7 @@ def main() -> int:
             nm, met = m["neural_material"], m["metrics"]
             timing = nm["timing"] or {}
             rows.append({"material": folder.name, "psnr_db": met["psnr_db"],
-                         "constant_psnr_db": met["constant_psnr_db"], "flip": met["flip"], "speedup": met["speedup"],
+                         "uniform_psnr_db": met["uniform_psnr_db"], "flip": met["flip"], "speedup": met.get("speedup"),
                          "teacher_ns": timing.get("teacher_ns_per_point"),
                          "decoder_ns": timing.get("decoder_ns_per_point"),
                          "train_s": last["train_s"], "steps": nm["training"]["steps"],
@@ -135,10 +135,10 @@ def main() -> int:
     print(f"\ntraining ({used['device_class']}, {used['quality']}; auto: {', '.join(used['auto']) or 'none'}): "
           f"{rows[0]['steps']} steps x batch {rows[0]['batch']}, hidden {used['values']['hidden']}/"
           f"{used['values']['encoder_hidden']}, lr {used['values']['lr']}; timing: {rows[0]['timing_method']}")
-    print(f"{'material':16} {'PSNR dB':>8} {'const dB':>8} {'FLIP':>7} {'teacher ns':>10} {'decoder ns':>10} "
+    print(f"{'material':16} {'PSNR dB':>8} {'uniform dB':>10} {'FLIP':>7} {'teacher ns':>10} {'decoder ns':>10} "
           f"{'speedup':>8} {'train s':>8} {'wall s':>7}")
     for r in rows:
-        print(f"{r['material']:16} {r['psnr_db']:8.2f} {r['constant_psnr_db']:8.2f} {r['flip']:7.4f} "
+        print(f"{r['material']:16} {r['psnr_db']:8.2f} {r['uniform_psnr_db']:10.2f} {r['flip']:7.4f} "
               f"{fmt(r['teacher_ns'], '10.4f')} {fmt(r['decoder_ns'], '10.4f')} {fmt(r['speedup'], '8.2f')} "
               f"{r['train_s']:8.1f} {r['wall_s']:7.1f}")
     # set PSNR from the mean MSE, never averaged dB

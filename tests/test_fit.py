@@ -52,6 +52,10 @@ def test_brightness_recovers_amount(device, tmp_path):
     assert manifest["metrics"]["final_loss"] < 1e-6
     curve = json.loads((tmp_path / "out" / "loss.json").read_text())["per_step"]
     assert len(curve) == 300 and curve[-1] < 1e-3 * curve[0]
+    assert manifest["verdict"]["wins"] and manifest["metrics"]["start_loss"] == pytest.approx(curve[0])
+    from report_check import assert_section
+
+    assert_section(tmp_path / "out", images=4)  # reference, render, difference, the loss curve
 
 
 def test_rainbow_recovers_the_mask_past_30_db(device, tmp_path):

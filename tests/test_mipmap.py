@@ -190,6 +190,14 @@ def bundle(tmp_path_factory):
     return folder, out
 
 
+def test_report_section_shows_levels_against_box_and_toksvig(bundle):
+    from report_check import assert_section
+
+    _, out = bundle
+    html = assert_section(out, images=4)  # the RMSE-per-level plot and a render per level
+    assert "RMSE vs Toksvig, levels 1\u20134" in html and "box/Toksvig" in html
+
+
 def test_stage_reports_every_level_against_every_baseline(bundle):
     _, out = bundle
     m = json.loads((out / "manifest.json").read_text())

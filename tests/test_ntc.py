@@ -58,6 +58,16 @@ def bundle(tmp_path_factory, device):
     return mat, out
 
 
+def test_report_section_compares_every_texture_with_bcn(bundle):
+    from report_check import assert_section
+
+    mat, out = bundle
+    html = assert_section(out, {p.stem: p for p in mat.glob("*.png")}, images=6 * 3 + 1)  # 3 per texture, RD plot
+    m = json.loads((out / "manifest.json").read_text())
+    assert sorted(p["name"] for p in m["verdict"]["parts"]) == sorted(m["metrics"]["psnr_db"])
+    assert "rate-distortion" in html
+
+
 def test_margin_weighting_is_automatic_on_a_gpu_only():
     """What ``auto`` means and that the manifest records it: tests/test_stage_contract.py."""
     from bakery.stages.ntc.stage import PRESETS

@@ -44,7 +44,7 @@ def test_unknown_parameter_names_key_path(tmp_path, monkeypatch):
     toml = BASIC_TOML.replace("params = { radius = 1 }", "params = { raduis = 1 }")
     (err,) = _bake_errors(tmp_path, monkeypatch, toml)
     line = _line_of(toml, "raduis")
-    assert err == f"error: pipeline.toml:{line}: stages.blur.params.raduis: unknown parameter (known: gain, radius)"
+    assert err == f"error: pipeline.toml:{line}: stages.blur.params.raduis: unknown parameter (did you mean 'radius'?) (known: gain, radius)"
 
 
 def test_out_of_range_parameter_gives_range_and_default(tmp_path, monkeypatch):
@@ -95,7 +95,7 @@ def test_unknown_input_reference_and_all_errors_listed(tmp_path, monkeypatch):
     errs = _bake_errors(tmp_path, monkeypatch, toml)
     assert len(errs) == 3
     assert any("project.colour: unknown key" in e for e in errs)
-    assert any(f":{_line_of(toml, 'fotos')}: stages.blur.inputs: unknown asset 'fotos' (assets: photos)" in e
+    assert any(f":{_line_of(toml, 'fotos')}: stages.blur.inputs: unknown asset 'fotos' (did you mean 'photos'?) (assets: photos)" in e
                for e in errs)
     assert any("stages.summary.inputs: unknown stage 'blurr'" in e for e in errs)
 

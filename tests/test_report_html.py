@@ -15,7 +15,8 @@ from pipeline_helpers import BASIC_TOML, make_project
 from bakery.errors import UsageError
 from bakery.pipeline.cli import bake_cmd
 from bakery.pipeline.config import load_pipeline
-from bakery.pipeline.html_report import convergence_series, image_pairs, rd_points
+from bakery.reporting import convergence_series, image_pairs
+from bakery.stages.ntc.report import rd_points
 from bakery.pipeline.report import BakeReport, TaskOutcome
 
 def gated(bound: str) -> str:
@@ -111,8 +112,8 @@ def test_report_html_pairs_images_and_reads_curves(tmp_path):
     assert convergence_series({"loss": "l2", "per_step": [3, 2, 1]})[1]["l2 loss"].tolist() == [3, 2, 1]
     rep = BakeReport("p.toml", "out", tasks=[TaskOutcome("texture", "t/a", "built", metrics=manifest["metrics"])])
     page = render(rep, {"texture/t/a": b})
-    assert page.count("<img") == 4  # reference, decoded, difference, convergence plot
-    assert "difference &times;4" in page
+    assert page.count("<img") == 5  # reference, decoded, difference, convergence plot; the full-size viewer
+    assert "difference \u00d74" in page
 
 
 def test_rd_points_from_an_ntc_manifest():
@@ -146,8 +147,15 @@ params = { steps = 32, batch = 1024, width = 16, layers = 1, octaves = 3 }
     page = project / "out" / "report.html"
     args = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
             f"--user-data-dir={tmp_path / 'profile'}"]
-    dom = subprocess.run([*args, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    run = subprocess.run([*args, "--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri()], capture_output=True,
+                         text=True, timeout=120)
+    dom = run.stdout
     assert "id=\"task-texture-photos-a\"" in dom and dom.count("<img") >= 4  # 3 images and the curve
+    assert [line for line in run.stderr.splitlines() if ":CONSOLE" in line] == []  # no script errors, no warnings
+    assert "data-full=\"texture/photos/a/preview.png\"" in dom  # a click opens the file full size
+    from report_check import assert_section
+
+    assert_section(project / "out" / "texture" / "photos" / "a", {"image": project / "src" / "a.png"}, images=3)
     shot = tmp_path / "shot.png"
     subprocess.run([*args, f"--screenshot={shot}", "--window-size=1000,800", page.as_uri()], capture_output=True,
                    timeout=120)
@@ -155,3 +163,45 @@ params = { steps = 32, batch = 1024, width = 16, layers = 1, octaves = 3 }
 
     with Image.open(shot) as im:
         assert im.size == (1000, 800) and len(np.unique(np.asarray(im.convert("L")))) > 16  # not a blank page
+
+
+def test_a_click_opens_an_image_full_size(tmp_path):
+    """In a real browser: clicking a thumbnail shows its full-size image over the page (the
+    bundle's own file), clicking again closes it; no console message on the way."""
+    pytest.importorskip("playwright")
+    from playwright.sync_api import sync_playwright
+
+    from bakery.formats.images import encode_png
+    from bakery.pipeline.html_report import render
+    from bakery.view.snapshot import chromium_path, launch
+
+    if chromium_path() is None:
+        pytest.skip("needs Debian's chromium (scripts/setup.sh installs it)")
+    b = tmp_path / "texture" / "a"
+    b.mkdir(parents=True)
+    img = np.random.default_rng(0).random((300, 40, 3)).astype(np.float32)
+    (b / "reference.png").write_bytes(encode_png(img))
+    (b / "preview.png").write_bytes(encode_png(np.clip(img + 0.05, 0, 1)))
+    files = [{"name": "reference.png", "role": "reference"}, {"name": "preview.png", "role": "preview"}]
+    (b / "manifest.json").write_text(json.dumps({"files": files, "metrics": {"psnr_db": 26.0}}))
+    page_file = tmp_path / "report.html"
+    rep = BakeReport("p.toml", "out", tasks=[TaskOutcome("texture", "a", "built", metrics={"psnr_db": 26.0})])
+    page_file.write_text(render(rep, {"texture/a": b}, root=tmp_path))
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page()
+        console = []
+        page.on("console", lambda m: console.append(m.text))
+        page.on("pageerror", lambda e: console.append(str(e)))
+        page.goto(page_file.as_uri())
+        assert not page.is_visible("#full")
+        page.click("img.texel[alt='decoded']")
+        page.wait_for_function("document.querySelector('#full img').naturalWidth > 0")
+        assert page.is_visible("#full")
+        size = page.evaluate("[document.querySelector('#full img').naturalWidth, "
+                             "document.querySelector('#full img').naturalHeight]")
+        assert size == [40, 300]  # the file itself, not the 256-pixel thumbnail
+        page.click("#full")
+        assert not page.is_visible("#full")
+        browser.close()
+    assert console == []

@@ -95,3 +95,17 @@ def test_auto_params_resolve_for_the_device_and_are_recorded(baked, device):
             assert section[name] == want, (path, name)
     for path, value in task.manifest.items():
         assert _at(m, path) == value, path
+
+
+def test_report_section_is_the_stages_own_and_judges_it(baked, tmp_path):
+    """The stage's report hook draws a non-empty section from its bundle: pictures, every
+    metric under a readable name with its explanation, and the verdict against its
+    baseline (every stage measures one; ntc's only with ``baseline`` or margin weighting)."""
+    from tests.report_check import assert_section
+
+    stage, m = baked.stage, baked.manifest
+    assert stage.baseline and "margin_db" in stage.metric_docs
+    judged = m["params"].get("baseline", True) or m["params"].get("weighting") not in (None, "uniform")
+    assert ("verdict" in m) == judged and (m["metrics"].get("margin_db") is not None) == judged
+    assert_section(baked.bundles[0], baked.task.inputs(tmp_path / "inputs"), verdict=judged)
+

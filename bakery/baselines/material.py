@@ -171,3 +171,20 @@ def _encoder_info(profile: str) -> dict:
             return "unknown"
     return {"encoder": "ispc-texcomp", "encoder_version": v("ispc-texcomp"), "bc7_profile": profile,
             "decoder": "texture2ddecoder", "decoder_version": v("texture2ddecoder")}
+
+
+def same_bytes_image(image: np.ndarray, budget_bytes: float, *, role: str = "image",
+                     profile: str = "basic") -> dict:
+    """One image in the BCn format a studio would ship it in (BC7 for colour), area-downsampled
+    to the size whose blocks cost ``budget_bytes``, decoded and upsampled back: its PSNR,
+    the size it was stored at and its bytes. The baseline of a single-texture result of
+    ``budget_bytes`` (a network's weights, a procedural program)."""
+    image = np.asarray(image, np.float32)
+    if image.ndim == 2:
+        image = image[:, :, None]
+    h, w, c = image.shape
+    fmt = format_for(role, c)
+    sw, sh = same_bytes_size(w, h, bcn.bc_format(fmt).block_bytes, budget_bytes)
+    blocks, out = round_trip(role, image, fmt, sw, sh, profile=profile)
+    return {"format": fmt, "width": sw, "height": sh, "bytes": len(blocks),
+            "psnr": float(psnr(_compared(role, image, fmt), out))}

@@ -158,8 +158,12 @@ class Cache:
             return None
         return record if well_formed_record(record) else None
 
-    def write_record(self, stage: str, asset: str, key: str, parts: dict) -> None:
-        _write_json_atomic(self.record_path(stage, asset), {"key": key, "parts": parts})
+    def write_record(self, stage: str, asset: str, key: str, parts: dict, build_seconds: float | None = None) -> None:
+        """What the task's bundle was keyed by (to explain rebuilds) and how long it took to build."""
+        record = {"key": key, "parts": parts}
+        if build_seconds is not None:
+            record["build_seconds"] = round(float(build_seconds), 3)
+        _write_json_atomic(self.record_path(stage, asset), record)
 
     def sums(self, key: str) -> dict | None:
         try:

@@ -65,6 +65,15 @@ def _read_changed(changed: tuple[str, ...], changed_from: str | None) -> list[Pa
     return files
 
 
+def _force_of(pipeline: Path, force: str | None, log: logging.Logger) -> tuple[Path, str | None]:
+    """``bakery bake --force pipeline.toml`` means "force every stage of pipeline.toml"
+    (click hands the file to --force, which takes an optional stage name)."""
+    if force and force.endswith(".toml") and Path(force).is_file() and pipeline in (Path("pipeline.toml"), Path(force)):
+        log.info("--force %s: read as `bakery bake %s --force` (every stage)", force, force)
+        return Path(force), ALL_STAGES
+    return pipeline, force
+
+
 @click.command("bake")
 @click.argument("pipeline", default="pipeline.toml", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--force", is_flag=False, flag_value=ALL_STAGES, default=None, metavar="[STAGE]",
@@ -107,6 +116,7 @@ def bake_cmd(pipeline, force, only, assets, changed, changed_from, dry_run, fail
     """Bake PIPELINE (default pipeline.toml): every (stage, asset) task, through the cache."""
     log = _setup_logging(verbose)
     try:
+        pipeline, force = _force_of(pipeline, force, log)
         pipe = load_pipeline(pipeline)
         opts = BakeOptions(force=[force] if force else [], only=only, assets=assets,
                            changed=_read_changed(changed, changed_from), dry_run=dry_run,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bakery.device import DEVICE_KINDS
-from bakery.errors import ConfigError, UsageError, display_path
+from bakery.errors import ConfigError, UsageError, did_you_mean, display_path
 from bakery.materials import NORMAL_CONVENTIONS, ROLE_TABLE, Binding, role_names
 from bakery.naming import detect_roles, undetected
 from bakery.pipeline.dag import find_cycle
@@ -108,6 +108,21 @@ def _inside(root: Path, value: str, c: _Collector, key: str) -> Path | None:
     return p
 
 
+def _check_gates(c: "_Collector", key: str, gates: list, stage_cls) -> None:
+    """A gate must name a metric the stage reports (its ``metric_docs``; ``psnr_db.*``
+    covers ``psnr_db.normal``), so a typo fails ``--dry-run`` rather than every task."""
+    docs = getattr(stage_cls, "metric_docs", None)
+    if not docs:
+        return  # a stage that does not list its metrics is checked on its bundles
+    for g in gates:
+        head = g.metric.partition(".")[0]
+        if g.metric in docs or (g.metric != head and f"{head}.*" in docs):
+            continue
+        names = [n.replace(".*", ".NAME") for n in docs]
+        c.add(f"{key}.{g.metric}", f"the stage reports no metric {g.metric!r}"
+              f"{did_you_mean(g.metric, [n.replace('.*', '') for n in docs])} (it reports: {', '.join(names)})")
+
+
 def _expect(c: _Collector, key: str, value: Any, types: type | tuple, what: str) -> bool:
     if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
         ok = False
@@ -176,7 +191,7 @@ def load_pipeline(path: str | Path) -> Pipeline:
 
     for k in doc:
         if k not in ("project", "assets", "stages"):
-            c.add(k, "unknown table (known: project, assets, stages)")
+            c.add(k, "unknown table" + did_you_mean(k, ("project", "assets", "stages")) + " (known: project, assets, stages)")
 
     proj = doc.get("project", {})
     if not isinstance(proj, dict):
@@ -184,7 +199,7 @@ def load_pipeline(path: str | Path) -> Pipeline:
         proj = {}
     for k in proj:
         if k not in _PROJECT_KEYS:
-            c.add(f"project.{k}", f"unknown key (known: {', '.join(sorted(_PROJECT_KEYS))})")
+            c.add(f"project.{k}", f"unknown key{did_you_mean(k, _PROJECT_KEYS)} (known: {', '.join(sorted(_PROJECT_KEYS))})")
     name = proj.get("name", root.name)
     _expect(c, "project.name", name, str, "a string")
     out = cache = None
@@ -200,10 +215,10 @@ def load_pipeline(path: str | Path) -> Pipeline:
                 cache = p
     device = proj.get("device", "auto")
     if _expect(c, "project.device", device, str, "a string") and device not in DEVICE_KINDS:
-        c.add("project.device", f"unknown device {device!r} (allowed: {', '.join(DEVICE_KINDS)})")
+        c.add("project.device", f"unknown device {device!r}{did_you_mean(device, DEVICE_KINDS)} (allowed: {', '.join(DEVICE_KINDS)})")
     runner = proj.get("runner", "local")
     if _expect(c, "project.runner", runner, str, "a string") and runner not in RUNNERS:
-        c.add("project.runner", f"unknown runner {runner!r} (allowed: {', '.join(RUNNERS)})")
+        c.add("project.runner", f"unknown runner {runner!r}{did_you_mean(runner, RUNNERS)} (allowed: {', '.join(RUNNERS)})")
     seed = proj.get("seed", 0)
     if _expect(c, "project.seed", seed, int, "an integer") and seed < 0:
         c.add("project.seed", f"{seed} is out of range (allowed int >= 0, default 0)")
@@ -271,8 +286,22 @@ def _matches(root: Path, pattern: str, c: _Collector, key: str, *, dirs: bool,
     found = [p for p in found if (p.is_dir() if dirs else p.is_file()) and p.is_relative_to(root)
              and not is_generated(p, skipped_by_glob(root, pattern, generated))]  # never bakery's own outputs
     if not found:
-        c.add(key, f"no {'folder' if dirs else 'file'} matches {pattern!r}")
+        fixed = Path(*[part for part in _parts_before_glob(pattern)]) if not Path(pattern).is_absolute() else None
+        if fixed is not None and fixed.parts and not (root / fixed).exists():
+            c.add(key, f"{fixed.as_posix()} not found (in {display_path(root)}; the pattern is {pattern!r})")
+        else:
+            c.add(key, f"no {'folder' if dirs else 'file'} matches {pattern!r}")
     return found
+
+
+def _parts_before_glob(pattern: str) -> list[str]:
+    """``assets/textures/*.png`` -> ``["assets", "textures"]``: the folders a pattern names outright."""
+    parts = []
+    for part in Path(pattern).parts[:-1] if _is_glob(pattern) else Path(pattern).parts:
+        if _is_glob(part):
+            break
+        parts.append(part)
+    return parts
 
 
 def _load_assets(table: Any, root: Path, c: _Collector, roles: tuple[str, ...],
@@ -295,7 +324,7 @@ def _load_assets(table: Any, root: Path, c: _Collector, roles: tuple[str, ...],
             continue
         unknown = [k for k in decl if k not in roles and k not in _ASSET_KEYS]
         for k in unknown:
-            c.add(f"{key}.{k}", f"unknown role (known: {', '.join(roles)}, or {', '.join(_ASSET_KEYS)})")
+            c.add(f"{key}.{k}", f"unknown role{did_you_mean(k, (*roles, *_ASSET_KEYS))} (known: {', '.join(roles)}, or {', '.join(_ASSET_KEYS)})")
         if unknown:
             continue
         given = {k: v for k, v in decl.items() if k in roles}
@@ -416,7 +445,7 @@ def _load_stages(table: Any, pipe: Pipeline, declared_assets: set[str], c: _Coll
             continue
         for k in decl:
             if k not in _STAGE_KEYS:
-                c.add(f"{key}.{k}", f"unknown key (known: {', '.join(sorted(_STAGE_KEYS))})")
+                c.add(f"{key}.{k}", f"unknown key{did_you_mean(k, _STAGE_KEYS)} (known: {', '.join(sorted(_STAGE_KEYS))})")
         type_name = decl.get("type")
         if type_name is None:
             c.add(key, "missing key 'type' (the stage type)")
@@ -436,6 +465,7 @@ def _load_stages(table: Any, pipe: Pipeline, declared_assets: set[str], c: _Coll
             except UsageError as e:
                 c.add_usage(e)
         require = parse_require(decl["require"], f"{key}.require", c.add, c.where) if "require" in decl else []
+        _check_gates(c, f"{key}.require", require, stage_cls)
         timeout = _timeout(c, f"{key}.dispatch_timeout", decl["dispatch_timeout"]) if "dispatch_timeout" in decl else None
         seed = decl.get("seed", pipe.seed)
         if _expect(c, f"{key}.seed", seed, int, "an integer") and seed < 0:
@@ -452,7 +482,7 @@ def _load_stages(table: Any, pipe: Pipeline, declared_assets: set[str], c: _Coll
             if i.startswith(STAGE_REF):
                 up = i[len(STAGE_REF):]
                 if up not in table:
-                    c.add(f"{key}.inputs", f"unknown stage {up!r} in {i!r} (stages: {', '.join(table)})")
+                    c.add(f"{key}.inputs", f"unknown stage {up!r} in {i!r}{did_you_mean(up, table)} (stages: {', '.join(table)})")
                     ok = False
                 elif not stage_cls.reads_bundles:
                     c.add(f"{key}.inputs", f"{i!r}: stage type {type_name!r} reads source files "
@@ -461,7 +491,7 @@ def _load_stages(table: Any, pipe: Pipeline, declared_assets: set[str], c: _Coll
             elif i not in pipe.assets:
                 if i not in declared_assets:  # a declared but broken asset is reported already
                     known = ", ".join(sorted(declared_assets)) or "none"
-                    c.add(f"{key}.inputs", f"unknown asset {i!r} (assets: {known})")
+                    c.add(f"{key}.inputs", f"unknown asset {i!r}{did_you_mean(i, declared_assets)} (assets: {known})")
                 ok = False
             else:
                 accepted = set(stage_cls.input_roles)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from bakery.errors import UsageError
+from bakery.errors import UsageError, did_you_mean
 from bakery.pipeline.cache import Cache, output_matches
 from bakery.pipeline.config import Pipeline, display_path
 from bakery.pipeline.gates import first_failure
@@ -26,7 +26,7 @@ from bakery.pipeline.html_report import HTML_REPORT_NAME, task_dirs, write_html_
 from bakery.pipeline.lock import OutputLock
 from bakery.pipeline.ownership import claim_bake_folders
 from bakery.pipeline.planner import PlanOptions, plan
-from bakery.progress import StageProgress
+from bakery.progress import BakeCount, StageProgress
 from bakery.pipeline.report import BakeReport, TaskOutcome
 from bakery.pipeline.runner import Event, LocalRunner, decide
 from bakery.pipeline.safety import check_report_target, forget_report
@@ -86,8 +86,9 @@ class Executor:
         force = set(opts.force)
         unknown = force - set(pipe.stages) - {ALL_STAGES}
         if unknown:
-            raise UsageError(f"unknown stage {sorted(unknown)[0]!r} (stages: {', '.join(pipe.stages)})",
-                             key="--force")
+            bad = sorted(unknown)[0]
+            raise UsageError(f"unknown stage {bad!r}{did_you_mean(bad, pipe.stages)} (stages: {', '.join(pipe.stages)})"
+                             + _pipeline_hint(bad), key="--force")
         self.force_all = ALL_STAGES in force
         self.force = force
         self.runner_kind = opts.runner or pipe.runner
@@ -100,6 +101,7 @@ class Executor:
 
             require_ray(private=opts.address is None)
         self.runner = None
+        self._all_specs: list[TaskSpec] = []  # tasks outside this bake whose bundles the report shows
 
     def forced(self, spec: TaskSpec) -> bool:
         return self.force_all or spec.stage in self.force
@@ -134,6 +136,12 @@ class Executor:
                 self._run_all(specs, report)
                 if self.opts.verify_determinism and not report.failed:
                     self._verify(specs, report)
+                if runs_a_subset(self.opts):
+                    try:
+                        self._keep_the_others(specs, report)
+                    except Exception as e:  # noqa: BLE001 - the report's completeness never costs the bake
+                        self.log.warning("the report lists only this bake's tasks: %s: %s", type(e).__name__, e)
+                self._warn_losses(report)
             finally:
                 report.seconds = time.monotonic() - t0
                 report.device = self.devices.info() or getattr(self.runner, "device", None)
@@ -142,6 +150,67 @@ class Executor:
                     report.write(self.opts.report)
                 self._write_html(report, specs)
         return report
+
+    def _keep_the_others(self, specs: list[TaskSpec], report: BakeReport) -> None:
+        """A bake of some tasks (``--only``, ``--asset``, ``--changed``) leaves the others'
+        bundles in out/; the report lists them too, so it says what out/ holds, not what
+        the last command did. In pipeline order; their bundles are not rebuilt or checked."""
+        ran = {s.id for s in specs}
+        every = plan(self.pipe, PlanOptions(device=self.opts.device))
+        done = {(o.stage, o.asset): o for o in report.tasks}
+        tasks = []
+        for s in every:
+            if s.id in ran:
+                tasks.append(done[(s.stage, s.asset)])
+                continue
+            self._all_specs.append(s)
+            tasks.append(self._kept(s))
+        report.tasks = tasks
+
+    def _kept(self, spec: TaskSpec) -> TaskOutcome:
+        out_dir = Path(spec.out_dir)
+        o = TaskOutcome(spec.stage, spec.asset, "skipped", key=spec.key or None, out_dir=display_path(out_dir),
+                        stage_type=spec.stage_type, in_this_bake=False)
+        manifest = _read_manifest(out_dir)
+        if not manifest:
+            o.reason = "not in this bake; out/ holds no bundle for it yet"
+            return o
+        sums = self.cache.sums(spec.key) if spec.key else None
+        if sums is None or not output_matches(out_dir, sums):
+            o.reason = "not in this bake; out/ holds an older bundle (its inputs or params changed since)"
+            o.key = None  # no section memo for a bundle no key describes
+        else:
+            o.status, o.reason = "cached", "not in this bake; out/ holds its current bundle"
+            o.seconds = self._build_seconds(spec) or 0.0
+        o.metrics = dict(manifest.get("metrics") or {})
+        o.verdict = self._verdict(spec.stage_type, manifest)
+        return o
+
+    def _verdict(self, stage_type: str, manifest: dict) -> dict | None:
+        """The stage's judgement of its bundle against its baseline (its ``judge`` hook)."""
+        from bakery.stages import get_stage
+
+        try:
+            v = get_stage(stage_type).judge(manifest)
+        except Exception as e:  # noqa: BLE001 - a malformed record costs the verdict, not the bake
+            self.log.warning("%s: no verdict against the baseline: %s", stage_type, e)
+            return None
+        return v.to_dict() if v is not None else None
+
+    def _build_seconds(self, spec: TaskSpec) -> float | None:
+        """How long the bundle now cached took to build, from the task's cache record."""
+        record = self.cache.read_record(spec.stage, spec.asset) or {}
+        if record.get("key") == spec.key and isinstance(record.get("build_seconds"), (int, float)):
+            return float(record["build_seconds"])
+        return None
+
+    def _warn_losses(self, report: BakeReport) -> None:
+        """A result worse than what a studio ships without it is never silent."""
+        from bakery.pipeline.report import verdict_line
+
+        for o in report.tasks:
+            if o.loses:
+                self.log.warning("%s/%s loses to its baseline: %s", o.stage, o.asset, verdict_line(o.verdict))
 
     def _verify(self, specs: list[TaskSpec], report: BakeReport) -> None:
         """--verify-determinism: every task that built or was cached, baked again."""
@@ -154,7 +223,8 @@ class Executor:
     def _write_html(self, report: BakeReport, specs: list[TaskSpec]) -> None:
         """out/report.html; a plot that cannot be drawn costs a warning, never the bake."""
         try:
-            write_html_report(report, task_dirs(specs), self.pipe.out / HTML_REPORT_NAME, memo=self.cache.root / "report")
+            write_html_report(report, task_dirs(specs + self._all_specs), self.pipe.out / HTML_REPORT_NAME,
+                              memo=self.cache.root / "report")
         except Exception as e:  # noqa: BLE001
             self.log.warning("report.html not written: %s: %s", type(e).__name__, e)
 
@@ -181,6 +251,7 @@ class Executor:
         for s in specs:
             counts[s.stage] = counts.get(s.stage, 0) + 1
         shown: dict[str, StageProgress] = {}
+        overall = BakeCount(len(specs))
 
         def progress_of(stage: str) -> StageProgress:
             if stage not in shown:
@@ -198,7 +269,8 @@ class Executor:
                     continue
                 spec = by_id[event.task]
                 o = outcomes[spec.id] = self._outcome(spec, event)
-                progress_of(spec.stage).finished(spec.asset, o.status, o.seconds, o.error or o.reason)
+                progress_of(spec.stage).finished(spec.asset, o.status, o.seconds, o.error or o.reason,
+                                                 overall=overall.finished())
                 if o.status == "failed" and self.opts.fail_fast:
                     not_run = "not run: --fail-fast after a failure"
                     break
@@ -235,22 +307,29 @@ class Executor:
         out_dir = Path(spec.out_dir)
         o = TaskOutcome(spec.stage, spec.asset, event.kind, reason=event.reason, error=event.error or None,
                         seconds=event.seconds, key=spec.key or None, out_dir=display_path(out_dir),
-                        log=display_path(event.log) if event.log else None, **_settings_of(spec))
+                        log=display_path(event.log) if event.log else None, stage_type=spec.stage_type,
+                        **_settings_of(spec))
         if event.kind not in ("built", "cached"):
             return o
+        built_in = None if event.kind == "built" else self._build_seconds(spec)
         start = time.monotonic()
         try:
             if not output_matches(out_dir, event.sums or {}):
                 if event.kind == "cached":
                     o.reason = "output folder restored from cache"
                 self._materialize(self.cache.bundle_dir(spec.key), out_dir)
-            self.cache.write_record(spec.stage, spec.asset, spec.key, spec.parts)
+            if event.kind == "built":  # building and publishing: what a cached re-bake will show
+                built_in = round(event.seconds + time.monotonic() - start, 3)
+            self.cache.write_record(spec.stage, spec.asset, spec.key, spec.parts, build_seconds=built_in)
         except OSError as e:  # disk full, permissions: this task fails, the bake goes on
             o.status, o.error = "failed", f"{spec.id}: cannot write output: {e}"
-            return o
-        finally:
             o.seconds += time.monotonic() - start
-        o.metrics = _read_metrics(self.cache.bundle_dir(spec.key))
+            return o
+        # a cached task shows the time its bundle took to build; checking it costs ~nothing
+        o.seconds = built_in if built_in is not None else o.seconds + time.monotonic() - start
+        manifest = _read_manifest(self.cache.bundle_dir(spec.key))
+        o.metrics = dict(manifest.get("metrics") or {})
+        o.verdict = self._verdict(spec.stage_type, manifest)
         decl = self.pipe.stages.get(spec.stage)
         gate = first_failure(decl.require, o.metrics) if decl is not None else None
         if gate:
@@ -274,15 +353,29 @@ class Executor:
             raise
 
 
-def _read_metrics(bundle: Path) -> dict:
+def _pipeline_hint(value: str) -> str:
+    """``bakery bake --force pipeline.toml`` reads the file as the stage to force."""
+    if value.endswith(".toml") or Path(value).is_file():
+        return (f"; --force takes a stage name (or '*' for every stage): to force every stage of {value}, "
+                f"run `bakery bake {value} --force '*'`")
+    return ""
+
+
+def _read_manifest(bundle: Path) -> dict:
     import json
 
     from bakery.safe_files import MAX_METADATA_BYTES, read_regular
 
     try:
-        return dict(json.loads(read_regular(bundle / "manifest.json", limit=MAX_METADATA_BYTES)).get("metrics") or {})
-    except (OSError, ValueError, AttributeError, TypeError, RecursionError):
+        manifest = json.loads(read_regular(bundle / "manifest.json", limit=MAX_METADATA_BYTES))
+    except (OSError, ValueError, RecursionError):
         return {}
+    return manifest if isinstance(manifest, dict) else {}
+
+
+def runs_a_subset(opts: BakeOptions) -> bool:
+    """Whether this bake runs only some of the pipeline's tasks."""
+    return bool(opts.only or opts.assets) or opts.changed is not None
 
 
 def bake(pipe: Pipeline, opts: BakeOptions, log: logging.Logger | None = None) -> BakeReport:

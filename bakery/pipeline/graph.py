@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from bakery.errors import UsageError
+from bakery.errors import UsageError, did_you_mean
 from bakery.materials import binding_role
 from bakery.pipeline.config import STAGE_REF, Pipeline, StageDecl
 from bakery.pipeline.dag import stage_order
@@ -139,7 +139,8 @@ def select_tasks(pipe: Pipeline, tasks: Sequence[Task], *, only: Sequence[str] =
     narrowing); upstream tasks of what is selected are kept so inputs exist."""
     for s in only:
         if s not in pipe.stages:
-            raise UsageError(f"unknown stage {s!r} (stages: {', '.join(pipe.stages)})", key="--only")
+            raise UsageError(f"unknown stage {s!r}{did_you_mean(s, pipe.stages)} (stages: {', '.join(pipe.stages)})",
+                             key="--only")
     check_asset_globs((t.asset for t in tasks), assets)
     chosen = [t for t in tasks
               if (not only or t.stage.name in only)

@@ -1,77 +1,89 @@
-"""``out/report.html``: what a bake made, for people, in one self-contained page.
+"""``out/report.html``: what out/ holds, for people, in one self-contained page.
 
-Per task: the reference, decoded and difference images side by side, the convergence
-curve where the bundle stores one (``loss_curve`` role), and for texture compression
-(``ntc``) the rate-distortion plot against the BCn baseline from its manifest. Plots are
-drawn with matplotlib; every image is embedded as a data URI (JPEG thumbnails), so
-the page can be mailed or attached to a CI run as one file.
+A summary table (each task's status, build time, its result against its baseline, a loss
+in red with the reason), then one section per task that its stage draws through its
+``report_section`` hook (:mod:`bakery.reporting` has the parts): this module names no
+stage. Every image is embedded as a data URI (JPEG thumbnails), so the page can be mailed
+or attached to a CI run as one file; a click opens an image full size.
 """
 
 from __future__ import annotations
 
-import base64
-import html
-import io
+import hashlib
 import json
 import logging
 from pathlib import Path
 from typing import Any, Iterable
 
-import numpy as np
-
-from bakery.pipeline.report import BakeReport, TaskOutcome, flatten_metrics
+from bakery.pipeline.report import BakeReport, TaskOutcome
+from bakery.reporting import BundleView, describe_metric, e, flatten, num
 
 HTML_REPORT_NAME = "report.html"
-#: Longest side of an embedded image; the full-size files are in the bundle.
-THUMBNAIL = 256
-#: Embedded thumbnails are JPEG at this quality (plots stay PNG).
-JPEG_QUALITY = 88
-#: |decoded - reference| is shown times this, so small errors are visible.
-DIFFERENCE_GAIN = 4.0
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; }
-td, th { border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: left; }
+td, th { border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: left; vertical-align: top; }
+th { white-space: nowrap; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
-.failed { color: #b00020; } .built { color: #1b5e20; } .cached { color: #555; }
+td.help { color: #666; font-size: 0.85em; }
+.failed, .loses, tr.loses td { color: #b00020; } tr.loses { background: #fdecee; }
+.built, .wins { color: #1b5e20; } .cached { color: #555; }
 section.task { border-top: 2px solid #ddd; padding-top: 0.5em; margin-top: 1.5em; }
 .row { display: flex; flex-wrap: wrap; gap: 1em; align-items: flex-start; }
-figure { margin: 0; } figcaption { font-size: 0.85em; color: #555; text-align: center; }
-img.texel { image-rendering: pixelated; width: 160px; height: auto; border: 1px solid #ccc; }
+figure { margin: 0; } figcaption { font-size: 0.85em; color: #555; text-align: center; max-width: 320px; }
+img.texel { image-rendering: pixelated; width: 160px; height: auto; border: 1px solid #ccc; cursor: zoom-in; }
 img.plot { height: 200px; width: auto; }
+#full { position: fixed; inset: 0; background: rgba(0,0,0,0.85); display: none; overflow: auto;
+        cursor: zoom-out; z-index: 10; }
+#full img { display: block; margin: 2em auto; image-rendering: pixelated; max-width: none; }
+"""
+
+#: Click a thumbnail: its full-size image over the page; click again (or Escape) to close.
+_SCRIPT = """
+const full = document.getElementById('full'), big = full.querySelector('img');
+document.addEventListener('click', ev => {
+  const t = ev.target;
+  if (t.matches && t.matches('img.texel')) { big.src = t.dataset.full; big.alt = t.alt; full.style.display = 'block'; }
+  else if (full.contains(t)) { full.style.display = 'none'; big.removeAttribute('src'); }
+});
+document.addEventListener('keydown', ev => { if (ev.key === 'Escape') full.style.display = 'none'; });
 """
 
 
-def write_html_report(report: BakeReport, out_dirs: dict[str, Path], path: Path,
+def write_html_report(report: BakeReport, out_dirs: dict[str, Any], path: Path,
                       memo: Path | None = None) -> Path:
     """Writes the page for ``report``; ``out_dirs`` maps ``stage/asset`` to the published
     bundle folder (and ``stage/asset:inputs`` to the source files by role). ``memo`` is a
-    folder where each task's pictures are kept by cache key, so a cached re-bake redraws
+    folder where each task's section is kept by cache key, so a cached re-bake redraws
     nothing (matplotlib costs seconds)."""
     from bakery.formats.publish import write_atomic
 
-    write_atomic(Path(path), render(report, out_dirs, memo).encode())
+    write_atomic(Path(path), render(report, out_dirs, memo, root=Path(path).parent).encode())
     return Path(path)
 
 
-def render(report: BakeReport, out_dirs: dict[str, Any], memo: Path | None = None) -> str:
+def render(report: BakeReport, out_dirs: dict[str, Any], memo: Path | None = None, root: Path | None = None) -> str:
     t = report.totals()
     dev = report.device or {}
     from bakery.pipeline.ownership import HTML_REPORT_HEAD  # how clean and bakes recognise it as bakery's
 
-    parts = [f"{HTML_REPORT_HEAD}{_e(report.pipeline)}"
+    losses = [o for o in report.tasks if o.verdict and not o.verdict.get("wins", True)]
+    parts = [f"{HTML_REPORT_HEAD}{e(report.pipeline)}"
              f"</title><style>{_CSS}</style></head><body>",
-             f"<h1>Bake of {_e(report.pipeline)}</h1>",
+             f"<h1>Bake of {e(report.pipeline)}</h1>",
              f"<p>{t['total']} tasks: {t['built']} built, {t['cached']} cached, {t['failed']} failed, "
-             f"{t['skipped']} skipped in {report.seconds:.1f} s "
-             + (f"on {_e(dev.get('adapter', '?'))}{' (software)' if dev.get('software') else ''}.</p>" if dev
-                else "(no device opened).</p>"),
-             _summary_table(report.tasks)]
+             f"{t['skipped']} skipped; the last bake took {report.seconds:.1f} s "
+             + (f"on {e(dev.get('adapter', '?'))}{' (software)' if dev.get('software') else ''}.</p>" if dev
+                else "(no device opened).</p>")]
+    if losses:
+        parts.append(f"<p class='loses'><b>{len(losses)} of {t['total']} tasks lose to their baseline</b> "
+                     "(red rows): their result is worse than what a studio would ship without them.</p>")
+    parts.append(_summary_table(report.tasks))
     for o in report.tasks:
         parts.append(_task_section(o, out_dirs.get(f"{o.stage}/{o.asset}"),
-                                   out_dirs.get(f"{o.stage}/{o.asset}:inputs") or {}, memo))
-    parts.append("</body></html>\n")
+                                   out_dirs.get(f"{o.stage}/{o.asset}:inputs") or {}, memo, root))
+    parts.append(f"<div id='full'><img alt=''></div><script>{_SCRIPT}</script></body></html>\n")
     return "\n".join(parts)
 
 
@@ -80,27 +92,37 @@ def task_anchor(o: TaskOutcome) -> str:
 
 
 def _summary_table(tasks: list[TaskOutcome]) -> str:
-    rows = ["<table id='summary'><tr><th>task</th><th>status</th><th>seconds</th><th>metrics</th></tr>"]
+    rows = ["<table id='summary'><tr><th>task</th><th>status</th><th>build s</th><th>against its baseline</th>"
+            "<th>metrics</th></tr>"]
     for o in tasks:
-        metrics = ", ".join(f"{k} {_fmt(v)}" for k, v in flatten_metrics(o.metrics).items())
-        rows.append(f"<tr><td><a href='#{task_anchor(o)}'>{_e(o.stage)}/{_e(o.asset)}</a></td>"
-                    f"<td class='{_e(o.status)}'>{_e(o.status)}</td><td class='num'>{o.seconds:.2f}</td>"
-                    f"<td>{_e(metrics)}{(' &mdash; ' + _e(o.error)) if o.error else ''}</td></tr>")
+        docs = _stage_of(o).metric_docs
+        metrics = ", ".join(f"{describe_metric(k, docs)[0]} {num(v)}" for k, v in flatten(o.metrics).items()
+                            if v is not None and k != "margin_db")
+        v = o.verdict
+        versus = "" if not v else (f"{v['margin_db']:+.2f} dB vs {e(v['baseline'])}"
+                                   + ("" if v.get("wins", True) else f"<br><small>{e(v.get('reason') or '')}</small>"))
+        lose = " class='loses'" if v and not v.get("wins", True) else ""
+        status = o.status + (f" ({o.reason})" if o.reason and o.status == "cached" else "")
+        rows.append(f"<tr{lose}><td><a href='#{task_anchor(o)}'>{e(o.stage)}/{e(o.asset)}</a></td>"
+                    f"<td class='{e(o.status)}'>{e(status)}</td><td class='num'>{o.seconds:.2f}</td>"
+                    f"<td>{versus}</td>"
+                    f"<td>{e(metrics)}{(' &mdash; ' + e(o.error)) if o.error else ''}</td></tr>")
     rows.append("</table>")
     return "\n".join(rows)
 
 
-def _task_section(o: TaskOutcome, bundle: Path | None, inputs: dict, memo: Path | None = None) -> str:
-    head = (f"<section class='task' id='{task_anchor(o)}'><h2>{_e(o.stage)}/{_e(o.asset)} "
-            f"<small class='{_e(o.status)}'>{_e(o.status)}</small></h2>")
+def _task_section(o: TaskOutcome, bundle: Path | None, inputs: dict, memo: Path | None = None,
+                  root: Path | None = None) -> str:
+    head = (f"<section class='task' id='{task_anchor(o)}'><h2>{e(o.stage)}/{e(o.asset)} "
+            f"<small class='{e(o.status)}'>{e(o.status)}</small></h2>")
     if o.error:
-        head += f"<p class='failed'>{_e(o.error)}</p>"
+        head += f"<p class='failed'>{e(o.error)}</p>"
     if bundle is None or not (Path(bundle) / "manifest.json").is_file() or o.status == "skipped":
-        return head + "</section>"
-    memo_file = memo / f"{o.key}.html" if memo is not None and o.key else None
+        return head + ("<p>no bundle in out/ for this task.</p>" if not o.error else "") + "</section>"
+    memo_file = memo / f"{o.key}-{_memo_salt(root)}.html" if memo is not None and o.key else None
     if memo_file is not None and memo_file.is_file():
         return head + memo_file.read_text(encoding="utf-8") + "</section>"
-    body = _bundle_body(o, Path(bundle), inputs)
+    body = _bundle_body(o, Path(bundle), inputs, root)
     if memo_file is not None and not body.startswith("<p>could not show"):
         from bakery.formats.publish import write_atomic
 
@@ -111,187 +133,39 @@ def _task_section(o: TaskOutcome, bundle: Path | None, inputs: dict, memo: Path 
     return head + body + "</section>"
 
 
-def _bundle_body(o: TaskOutcome, bundle: Path, inputs: dict) -> str:
-    """A bundle's pictures and plots (what depends on its cache key only)."""
+def _bundle_body(o: TaskOutcome, bundle: Path, inputs: dict, root: Path | None) -> str:
+    """The stage's section for one bundle (what depends on its cache key only)."""
     try:
-        manifest = json.loads((Path(bundle) / "manifest.json").read_text())
-        images = _image_rows(Path(bundle), manifest, inputs)
-        plots = _curves(Path(bundle), manifest) + _rate_distortion(manifest)
-        if len(images) == 1:  # one pair: its plots beside it
-            body = ["<div class='row'>" + images[0] + plots + "</div>"]
-        else:
-            body = ["<div class='row'>" + row + "</div>" for row in images]
-            body.append("<div class='row plots'>" + plots + "</div>" if plots else "")
-    except Exception as e:  # noqa: BLE001 - one odd bundle must not cost the whole page
-        logging.getLogger("bakery.bake").warning("report.html: %s/%s: %s", o.stage, o.asset, e)
-        body = [f"<p>could not show this bundle: {_e(type(e).__name__)}: {_e(e)}</p>"]
-    return "\n".join(b for b in body if b)
+        manifest = json.loads((bundle / "manifest.json").read_text())
+        stage = _stage_of(o, manifest)
+        view = BundleView(o.stage, o.asset, bundle, manifest, {r: Path(p) for r, p in inputs.items()}, root,
+                          stage.judge(manifest), stage.metric_docs)
+        return stage.report_section(view)
+    except Exception as ex:  # noqa: BLE001 - one odd bundle must not cost the whole page
+        logging.getLogger("bakery.bake").warning("report.html: %s/%s: %s", o.stage, o.asset, ex)
+        return f"<p>could not show this bundle: {e(type(ex).__name__)}: {e(ex)}</p>"
 
 
-# -- images ------------------------------------------------------------------------------
-def image_pairs(bundle: Path, manifest: dict, inputs: dict) -> list[tuple[str, Path, Path]]:
-    """(label, reference, decoded) pairs: a bundle's ``reference`` file with its render or
-    preview, else each ``preview_<role>.png`` (or ``preview.png``) with the task's source
-    file of that role (``image`` for a single texture)."""
-    files = {f["name"]: f["role"] for f in manifest.get("files", [])}
-    refs = [n for n, r in files.items() if r == "reference" and n.endswith(".png")]
-    pairs = []
-    if refs:
-        decoded = next((n for n in ("render.png", "preview.png") if n in files), None)
-        if decoded:
-            pairs.append(("", bundle / refs[0], bundle / decoded))
-        return pairs
-    for name in sorted(files):
-        if not (name.startswith("preview") and name.endswith(".png")):
-            continue
-        role = name[len("preview_"):-len(".png")] if name.startswith("preview_") else "image"
-        if role in inputs:
-            pairs.append(("" if role == "image" else role, Path(inputs[role]), bundle / name))
-    return pairs
+def _stage_of(o: TaskOutcome, manifest: dict | None = None):
+    """The task's stage class (its hooks), by the type its manifest or outcome names; the
+    base class, with the standard section, for a type this process does not know."""
+    from bakery.stages import Stage, get_stage
+
+    type_name = o.stage_type or ((manifest or {}).get("stage") or {}).get("type")
+    try:
+        return get_stage(type_name) if type_name else Stage
+    except Exception:  # noqa: BLE001 - a plugin stage not imported here
+        return Stage
 
 
-def _image_rows(bundle: Path, manifest: dict, inputs: dict) -> list[str]:
-    from bakery.formats.images import load_image
+def _memo_salt(root: Path | None) -> str:
+    """Sections depend on the drawing code and on where the page sits (relative links)."""
+    import bakery.reporting
 
-    rows = []
-    for label, ref_path, dec_path in image_pairs(bundle, manifest, inputs):
-        ref, dec = load_image(ref_path, key="reference"), load_image(dec_path, key="decoded")
-        cells = [_figure(ref, f"reference {label}".strip()), _figure(dec, f"decoded {label}".strip())]
-        if ref.shape == dec.shape:
-            from bakery.imaging import psnr
-
-            diff = np.abs(dec - ref) * DIFFERENCE_GAIN
-            cells.append(_figure(diff, f"difference &times;{DIFFERENCE_GAIN:g} ({psnr(dec, ref):.2f} dB)",
-                                 escape=False))
-        rows.append("".join(cells))
-    return rows
-
-
-def _figure(image: np.ndarray, caption: str, escape: bool = True) -> str:
-    from PIL import Image
-
-    from bakery.imaging import to_uint8
-
-    a = to_uint8(np.clip(image, 0.0, 1.0))
-    if a.ndim == 3 and a.shape[2] == 2:  # two-channel (normal xy): show as RG
-        a = np.concatenate([a, np.zeros_like(a[:, :, :1])], 2)
-    if a.ndim == 3 and a.shape[2] == 1:
-        a = a[:, :, 0]
-    im = Image.fromarray(a)
-    if im.mode not in ("RGB", "L"):
-        im = im.convert("RGB")  # JPEG has no alpha; the report shows colour
-    if max(im.size) > THUMBNAIL:
-        im.thumbnail((THUMBNAIL, THUMBNAIL), Image.Resampling.LANCZOS)
-    buf = io.BytesIO()
-    im.save(buf, format="JPEG", quality=JPEG_QUALITY)  # a tenth of a PNG's size for photos and noise
-    uri = "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
-    cap = _e(caption) if escape else caption
-    return f"<figure><img class='texel' alt='{_e(caption) if escape else 'difference'}' src='{uri}'>" \
-           f"<figcaption>{cap}</figcaption></figure>"
-
-
-# -- plots -------------------------------------------------------------------------------
-def convergence_series(curve: dict) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Steps and named series from a ``loss_curve`` file: ``{"per_step": [...]}`` (the fit
-    stage) or ``{"points": [{"step", ...metrics}]}`` (TrainingProgress curves)."""
-    if "per_step" in curve:
-        y = np.asarray(curve["per_step"], np.float64)
-        return np.arange(len(y)), {f"{curve.get('loss', 'loss')} loss": y}
-    points = curve.get("points") or []
-    steps = np.asarray([p["step"] for p in points], np.float64)
-    names = [k for k in (points[0] if points else {}) if k != "step"]
-    return steps, {k: np.asarray([p.get(k, np.nan) for p in points], np.float64) for k in names}
-
-
-def _curves(bundle: Path, manifest: dict) -> str:
-    curves = [f["name"] for f in manifest.get("files", []) if f["role"] == "loss_curve"]
-    out = []
-    for name in curves:
-        steps, series = convergence_series(json.loads((bundle / name).read_text()))
-        if not len(steps):
-            continue
-        fig, ax = _figure_axes()
-        db = {k: v for k, v in series.items() if k.endswith("_db")}
-        lin = {k: v for k, v in series.items() if k not in db}
-        for k, v in lin.items():
-            ax.semilogy(steps, np.maximum(v, 1e-12), label=k)
-        ax.set_xlabel("step")
-        ax.set_ylabel(", ".join(lin) or "")
-        lines = list(ax.get_lines())
-        if db:
-            ax2 = ax.twinx() if lin else ax
-            for k, v in db.items():
-                lines += ax2.plot(steps, v, color="tab:orange", label=k)
-            ax2.set_ylabel("PSNR (dB)")
-        ax.set_title(f"convergence ({name})")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(lines, [line.get_label() for line in lines], loc="center right", fontsize="small")
-        out.append(_plot_img(fig, f"convergence {name}"))
-    return "".join(out)
-
-
-def rd_points(manifest: dict) -> dict[str, list[tuple[float, float]]]:
-    """Rate (bits per texel) and set PSNR (dB, from the mean MSE) of the neural bundle, the
-    rates its search tried, and the BCn baseline at full size and at the same bytes."""
-    ntc = manifest.get("ntc") or {}
-    rate, metrics = ntc.get("rate") or {}, manifest.get("metrics") or {}
-    if "bpp" not in rate or "mean_psnr_db" not in metrics:
-        return {}
-    pts = {"neural (this bundle)": [(float(rate["bpp"]), float(metrics["mean_psnr_db"]))]}
-    tried = [(float(t["bpp"]), float(t["mean_psnr_db"])) for t in rate.get("tried") or []]
-    if tried:
-        pts["neural (rates tried)"] = sorted(tried)
-    base = ntc.get("baseline") or {}
-    bcn = [(float(b["bpp"]), float(b["mean_psnr"])) for b in (base.get("total"), base.get("same_bytes"))
-           if b and np.isfinite(b.get("mean_psnr", np.inf))]
-    if bcn:
-        pts["BCn (full size, same bytes)"] = sorted(bcn)
-    return pts
-
-
-def _rate_distortion(manifest: dict) -> str:
-    pts = rd_points(manifest)
-    if not pts:
-        return ""
-    fig, ax = _figure_axes()
-    styles = {"neural (this bundle)": dict(marker="*", markersize=14, linestyle="none", color="tab:red"),
-              "neural (rates tried)": dict(marker="o", linestyle="--", color="tab:red", alpha=0.5),
-              "BCn (full size, same bytes)": dict(marker="s", linestyle="-", color="tab:blue")}
-    for label, xy in pts.items():
-        x, y = zip(*xy)
-        ax.plot(x, y, label=label, **styles.get(label, {}))
-    ax.set_xlabel("bits per texel (whole texture set)")
-    ax.set_ylabel("PSNR of the mean MSE (dB)")
-    ax.set_title("rate-distortion: neural vs BCn")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small")
-    return _plot_img(fig, "rate-distortion")
-
-
-def _figure_axes():
-    from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
-
-    fig = Figure(figsize=(5.6, 3.6), dpi=100)
-    return fig, fig.add_subplot()
-
-
-def _plot_img(fig, alt: str) -> str:
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    return f"<figure><img class='plot' alt='{_e(alt)}' src='{_png_uri(buf.getvalue())}'></figure>"
-
-
-def _png_uri(data: bytes) -> str:
-    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
-
-
-def _e(s: Any) -> str:
-    return html.escape(str(s), quote=True)
-
-
-def _fmt(v: Any) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
+    h = hashlib.sha256(Path(bakery.reporting.__file__).read_bytes())
+    h.update(Path(__file__).read_bytes())
+    h.update(str(Path(root).resolve() if root is not None else "").encode())
+    return h.hexdigest()[:12]
 
 
 def task_dirs(specs: Iterable) -> dict[str, Any]:

@@ -129,6 +129,8 @@ class LocalRunner:
 
     def _task_logger(self, spec: TaskSpec) -> tuple[logging.Logger, logging.Handler | None, Path | None]:
         log = logging.getLogger(f"bakery.task.{spec.stage}.{spec.asset.replace('/', '.')}")
+        if not any(isinstance(f, NamesTask) for f in log.filters):
+            log.addFilter(NamesTask(spec.id, spec.asset))
         if self.log_dir is None:
             return log, None, None
         from bakery.safe_files import open_new_for_write, refuse_links
@@ -141,3 +143,22 @@ class LocalRunner:
         log.addHandler(h)
         log.setLevel(logging.DEBUG)
         return log, h, path
+
+
+class NamesTask(logging.Filter):
+    """Every line a task logs starts with its id (``compress/materials/bricks: ...``), so
+    interleaved bakes stay readable; a stage's own ``asset: `` prefix becomes the id."""
+
+    def __init__(self, task_id: str, asset: str):
+        super().__init__()
+        self.task_id, self.asset = task_id, asset
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        if msg.startswith(f"{self.task_id}: "):
+            return True
+        if msg.startswith(f"{self.asset}: "):
+            msg = msg[len(self.asset) + 2:]
+        record.msg, record.args = f"{self.task_id}: {msg}", ()
+        return True
+

@@ -108,9 +108,10 @@ def run_task(stage_cls: type[Stage], inputs: Sequence[StageInput], settings: Set
             "seed": int(seed),
             "device": device_info,
             "toolchain": toolchain,
-            "metrics": dict(result.metrics),
+            "metrics": result.all_metrics(),
             **({"resolved_params": settings.record()} if automatic else {}),
             **result.manifest,
+            **({"verdict": result.verdict.to_dict()} if result.verdict is not None else {}),
         })
         atomic_publish(staging, out_dir)
     except BakeryError:

@@ -8,7 +8,7 @@ everything from here.
 
 from __future__ import annotations
 
-from bakery.errors import UsageError
+from bakery.errors import UsageError, did_you_mean
 from bakery.stages.base import REGISTRY as _REGISTRY
 from bakery.stages.base import Stage, StageContext, StageInput, StageResult, register
 from bakery.stages.params import Param, resolve_params
@@ -30,7 +30,8 @@ def get_stage(type_name: str, *, where: str | None = None, key: str | None = "ty
     try:
         return _REGISTRY[type_name]
     except KeyError:
-        raise UsageError(f"unknown stage type {type_name!r} (known: {', '.join(sorted(_REGISTRY))})",
+        raise UsageError(f"unknown stage type {type_name!r}{did_you_mean(type_name, _REGISTRY)} "
+                         f"(known: {', '.join(sorted(_REGISTRY))})",
                          where=where, key=key) from None
 
 

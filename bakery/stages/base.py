@@ -41,10 +41,18 @@ class StageInput:
 
 @dataclass
 class StageResult:
-    """What ``run`` returns: metrics for the report/manifest and extra manifest fields."""
+    """What ``run`` returns: metrics for the report/manifest, extra manifest fields and
+    the result against its baseline (:class:`bakery.verdict.Verdict`; its margin becomes
+    the ``margin_db`` metric, which ``require`` can gate on)."""
 
     metrics: dict[str, Any] = field(default_factory=dict)
     manifest: dict[str, Any] = field(default_factory=dict)
+    verdict: Any = None
+
+    def all_metrics(self) -> dict[str, Any]:
+        if self.verdict is None:
+            return dict(self.metrics)
+        return {**self.metrics, "margin_db": self.verdict.margin_db}
 
 
 class StageContext:
@@ -106,6 +114,12 @@ class Stage:
     reads_bundles: ClassVar[bool] = False
     #: Whether the stage needs a GPU device at all (cache key includes the device class).
     uses_device: ClassVar[bool] = True
+    #: What a studio would ship instead of this stage's result, measured in the same run
+    #: (bakery.verdict): e.g. "BCn at equal bytes". Empty: the stage makes no claim to judge.
+    baseline: ClassVar[str] = ""
+    #: Metric name -> (readable name, one-line explanation), for the console, the report
+    #: and ``require`` validation; ``"psnr_db.*"`` covers nested ones (``{}`` is the rest).
+    metric_docs: ClassVar[Mapping[str, tuple[str, str]]] = {}
 
     #: What ``auto`` means for this stage, per device class and quality (None: no
     #: automatic parameters, and no ``resolved_params`` in the manifest).
@@ -160,3 +174,21 @@ class Stage:
 
     def run(self, ctx: StageContext, inputs: Sequence[StageInput], params: Settings) -> StageResult:
         raise NotImplementedError
+
+    @classmethod
+    def judge(cls, manifest: Mapping[str, Any]):
+        """This task's :class:`bakery.verdict.Verdict` against its baseline, read back from
+        its manifest (``verdict``, written by ``run``); None where the stage judges nothing."""
+        from bakery.verdict import Verdict
+
+        record = manifest.get("verdict")
+        return Verdict.from_dict(record) if isinstance(record, Mapping) else None
+
+    @classmethod
+    def report_section(cls, view) -> str:
+        """The stage's section of ``out/report.html`` for one bundle
+        (:class:`bakery.reporting.BundleView`); the standard one by default, which a stage
+        extends with its own plots (``reporting.section(view, extra=[...])``)."""
+        from bakery import reporting
+
+        return reporting.section(view)

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from bakery.errors import UsageError
+from bakery.errors import UsageError, did_you_mean
 
 #: The default of a parameter the stage resolves per device class and input size.
 AUTO = "auto"
@@ -98,7 +98,7 @@ def resolve_params(schema: Sequence[Param], given: Mapping[str, Any], *,
     for name in given:
         if name not in by_name:
             known = ", ".join(sorted(by_name)) or "none"
-            raise UsageError(f"unknown parameter (known: {known})", where=where,
+            raise UsageError(f"unknown parameter{did_you_mean(name, by_name)} (known: {known})", where=where,
                              key=f"{key_prefix}.{name}")
     out = {}
     for p in schema:

@@ -27,6 +27,7 @@ from bakery.stages.fit.plot import convergence_png
 from bakery.stages.fit.signature import check_bindings, compile_error, reflect
 from bakery.stages.fit.spec import FitSpec, SpecError, load_spec, referenced_files
 from bakery.stages.params import AUTO, QUALITY, Param, Presets
+from bakery.verdict import budget_reason, error_verdict
 
 #: The difference image shows |render - reference| times this, so small errors are visible.
 DIFFERENCE_GAIN = 4.0
@@ -88,6 +89,13 @@ class Fit(Stage):
     description = "recover the inputs of a differentiable Slang shader from a reference image"
     input_roles = ("fit",)
     presets = PRESETS
+    baseline = "its start (the spec's initial values)"
+    metric_docs = {
+        "final_loss": ("final loss", "the spec's loss (l2: mean squared error) of the render after the last step"),
+        "start_loss": ("start loss", "the same loss before the first step, from the initial values"),
+        "render_psnr_db": ("render PSNR (dB)", "PSNR of the fitted function's render against the reference"),
+        "margin_db": ("vs start (dB)", "10 log10 (l2) or 20 log10 (l1) of start loss over final loss"),
+    }
     params = (
         QUALITY,
         Param("steps", int, AUTO, "optimisation steps; auto: the spec's fit.steps, else the quality preset",
@@ -142,7 +150,13 @@ class Fit(Stage):
                      size[0], size[1], config.steps, spec.loss, final_loss, score)
         manifest = self._write(ctx, spec, sig, objective, render, reference, losses, config)
         manifest["fit"]["steps_from"] = steps_from
-        return StageResult(metrics={"final_loss": final_loss, "render_psnr_db": round(score, 4)}, manifest=manifest)
+        start_loss = float(losses[0]) if len(losses) else final_loss
+        budget = (f"steps = {spec.steps} from the spec's fit.steps; more steps may win" if steps_from == "spec"
+                  else budget_reason(PRESETS, params))
+        verdict = error_verdict("its start (the spec's initial values)", final_loss, start_loss,
+                                metric=f"{spec.loss} loss", power=spec.loss == "l2", reason=budget)
+        return StageResult(metrics={"final_loss": final_loss, "start_loss": start_loss,
+                                    "render_psnr_db": round(score, 4)}, manifest=manifest, verdict=verdict)
 
     def _write(self, ctx, spec, sig, objective, render, reference, losses, config) -> dict:
         out = ctx.out

@@ -23,6 +23,7 @@ from bakery.stages.mipmap.chain import MipChain
 from bakery.stages.mipmap.material import load_mip_material
 from bakery.stages.mipmap.objective import STARTS, MipFit
 from bakery.stages.mipmap.outputs import flip_error, write_chains, write_previews
+from bakery.verdict import budget_reason, error_verdict, margin_of_error, part
 
 #: What ``auto`` means: at ``production`` a CPU device (lavapipe, 2 cores) finishes a 256^2
 #: map in well under a minute; a GPU trains to production quality (bench/mipmap.py).
@@ -46,6 +47,17 @@ class Mipmap(Stage):
     description = "train normal/roughness mip chains that shade like the full-resolution map"
     input_roles = ("normal", "roughness", "albedo", "metalness", "ao")
     presets = PRESETS
+    baseline = "the better of box and Toksvig mips"
+    metric_docs = {
+        "trained_rmse_1_4": ("RMSE trained, levels 1\u20134", "RMSE of the rendered trained mips against the "
+                             "area-averaged full-resolution render, held-out light/view pairs"),
+        "box_rmse_1_4": ("RMSE box, levels 1\u20134", "the same for a 2x2 box-filtered chain"),
+        "toksvig_rmse_1_4": ("RMSE Toksvig, levels 1\u20134", "the same for box normals with Toksvig-widened roughness"),
+        "vmf_rmse_1_4": ("RMSE vMF, levels 1\u20134", "the same for von Mises-Fisher (vMF) filtered roughness"),
+        "reduction_vs_toksvig_1_4": ("RMSE vs Toksvig, levels 1\u20134",
+                                     "1 - trained RMSE / Toksvig RMSE: the fraction of Toksvig's error removed"),
+        "margin_db": ("vs box/Toksvig (dB)", "20 log10 of the better baseline's RMSE over the trained one"),
+    }
     params = (
         Param("levels", int, 0, "levels below 0 to author (0: down to a 4-texel smaller side)", min=0, max=16),
         QUALITY,
@@ -114,8 +126,9 @@ class Mipmap(Stage):
         ctx.log.info("%s: %dx%d, levels 1-%d, %d steps x %d pairs; RMSE 1-4 trained %.4f box %.4f toksvig %.4f",
                      inp.name, width, height, chain.deepest, settings["steps"], settings["pairs"],
                      summary["trained_rmse_1_4"], summary["box_rmse_1_4"], summary["toksvig_rmse_1_4"])
+        verdict = _against_filters(summary, levels, budget_reason(PRESETS, params))
         return StageResult(
-            metrics={"levels": levels, **summary},
+            metrics={"levels": levels, **summary}, verdict=verdict,
             manifest={"mipmap": {
                 "source": {"width": width, "height": height, "roughness_map": material.roughness_given},
                 "levels": chain.deepest, "settings": settings, "start": fit.start_choice,
@@ -123,3 +136,46 @@ class Mipmap(Stage):
                            "space": "linear, tangent frame z up",
                            "held_out": "seed 0x4E1D0, hash streams 2/3 (training draws streams 0/1)"},
                 "size_policy": "levels while both sides halve exactly, smaller side >= 4; no padding or cropping"}})
+
+    @classmethod
+    def report_section(cls, view) -> str:
+        return _report_section(view)
+
+
+def _against_filters(summary: dict, levels: list[dict], budget: str):
+    """The trained chain's RMSE over levels 1-4 against the better of box and Toksvig, per level too."""
+    best = min(("box", "toksvig"), key=lambda k: summary[f"{k}_rmse_1_4"])
+    parts = []
+    for row in levels:
+        theirs = min(row["box_rmse"], row["toksvig_rmse"])
+        parts.append(part(f"level {row['level']} ({row['width']}x{row['height']}) RMSE", row["trained_rmse"], theirs,
+                          margin_of_error(row["trained_rmse"], theirs)))
+    return error_verdict(f"{'box' if best == 'box' else 'Toksvig'} mips", summary["trained_rmse_1_4"],
+                         summary[f"{best}_rmse_1_4"], metric="RMSE, levels 1\u20134", reason=budget, parts=parts)
+
+
+def _report_section(view) -> str:
+    """RMSE per level of the trained chain against box, Toksvig and vMF, and each level's render."""
+    from bakery import reporting
+
+    levels = (view.manifest.get("metrics") or {}).get("levels") or []
+    extra = [_levels_plot(levels)] if levels else []
+    extra += [reporting.picture(view, name, f"level {name[len('preview_level'):-4]}: reference | trained | box")
+              for name in sorted(view.files()) if name.startswith("preview_level") and name.endswith(".png")]
+    return reporting.section(view, extra=extra)
+
+
+def _levels_plot(levels: list[dict]) -> str:
+    from bakery.reporting import figure_axes, plot
+
+    fig, ax = figure_axes()
+    x = [r["level"] for r in levels]
+    for name, style in (("trained", "o-"), ("box", "s--"), ("toksvig", "^--"), ("vmf", "v:")):
+        if f"{name}_rmse" in levels[0]:
+            ax.semilogy(x, [r[f"{name}_rmse"] for r in levels], style, label=name)
+    ax.set_xlabel("mip level")
+    ax.set_ylabel("rendered RMSE (held out)")
+    ax.set_title("trained mips vs box, Toksvig, vMF")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="small")
+    return plot(fig, "RMSE per level")

@@ -27,6 +27,7 @@ from bakery.stages.neural_material.objective import (DIRECTIONS, LOSSES, NORMAL_
 from bakery.stages.neural_material.shader import generate_material_eval, generate_material_eval_webgl
 from bakery.stages.base import Stage, StageResult, register
 from bakery.stages.params import AUTO, QUALITY, Param, Presets
+from bakery.verdict import budget_reason, psnr_verdict
 from bakery.materials import ROLES, role_names
 
 #: What ``auto`` means. CPU (lavapipe, 2 shared cores, bricks 256^2, warm caches): training
@@ -92,6 +93,15 @@ class NeuralMaterial(Stage):
     description = "distil a layered material (GGX + clear coat + sheen) into latent textures + a decoder MLP"
     input_roles = tuple(ROLES)
     presets = PRESETS
+    baseline = "the uniform material (mean parameters, same teacher)"
+    metric_docs = {
+        "psnr_db": ("PSNR (dB)", "student against the layered teacher on a lit plane, held-out directions, pooled MSE"),
+        "flip": ("FLIP", "mean NVIDIA FLIP of the same renders (lower is better)"),
+        "speedup": ("speed-up vs teacher", "teacher time / decoder time per shading point (hardware devices only)"),
+        "uniform_psnr_db": ("uniform material (dB)", "the set's mean parameters shaded by the same teacher, "
+                            "against the textured teacher"),
+        "margin_db": ("vs uniform material (dB)", "PSNR minus the uniform material's: what the texture adds"),
+    }
     params = (
         Param("latents", int, 8, "latent channels (4 per texture-array layer)", choices=(4, 8, 12, 16)),
         QUALITY,
@@ -187,9 +197,11 @@ class NeuralMaterial(Stage):
         students = [obj.render(trainer, "student", wi, wo) for wi, wo in directions]
         quality_psnr = psnr_pooled(teachers, students)
         quality_flip = flip_mean(teachers, students)
-        # the trivial baseline: one colour for every texel and direction
-        mean = np.mean([t.reshape(-1, 3).mean(0) for t in teachers], axis=0)
-        constant = [np.broadcast_to(mean, t.shape) for t in teachers]
+        # the baseline: the uniform material (the set's mean parameters) shaded by the same teacher
+        obj.bind_material(uniform_material(base))
+        uniform = [obj.render(trainer, "teacher", wi, wo) for wi, wo in directions]
+        obj.bind_material(base)
+        uniform_psnr = psnr_pooled(teachers, uniform)
 
         timing = None
         if dclass == "gpu" and params["time_points"]:
@@ -216,10 +228,16 @@ class NeuralMaterial(Stage):
         for k in range(min(3, len(directions))):
             j = k * (len(directions) - 1) // 2  # random, in between, near-mirror
             out.write_png(f"preview_{k}.png", preview(teachers[j], students[j]))
+        # the baseline beside it: teacher | uniform material | difference, the first direction
+        out.write_png("uniform_preview.png", preview(teachers[0], uniform[0]))
 
         metrics = {"psnr_db": round(quality_psnr, 3), "flip": round(quality_flip, 5),
                    "speedup": None if timing is None or timing["speedup"] is None else round(timing["speedup"], 3),
-                   "constant_psnr_db": round(psnr_pooled(teachers, constant), 3)}
+                   "uniform_psnr_db": round(uniform_psnr, 3)}
+        if metrics["speedup"] is None:
+            del metrics["speedup"]  # measured on a hardware device only
+        verdict = psnr_verdict("the uniform material (mean parameters, same teacher)", quality_psnr, uniform_psnr,
+                               reason=budget_reason(PRESETS, params))
         extra = {"material": {"roles": sorted(role_names(inp.files)), "width": w, "height": h},
                  "layers": layers.to_dict(),
                  "latents": {"channels": n, "format": params["latent_format"], "texture_format": fmt,
@@ -240,10 +258,41 @@ class NeuralMaterial(Stage):
                                                           for t, s in zip(teachers, students)],
                                 "flip": f"mean of per-render LDR FLIP, centre crop <= {FLIP_CROP}^2"},
                  "timing": timing}
-        ctx.log.info("%s: %dx%d, %d latents, PSNR %.2f dB (constant %.2f), FLIP %.4f, speedup %s", inp.name, w, h,
-                     n, quality_psnr, metrics["constant_psnr_db"], quality_flip, metrics["speedup"])
-        return StageResult(metrics=metrics, manifest={
+        ctx.log.info("%s: %dx%d, %d latents, PSNR %.2f dB (uniform material %.2f), FLIP %.4f, speedup %s", inp.name,
+                     w, h, n, quality_psnr, uniform_psnr, quality_flip, metrics.get("speedup"))
+        return StageResult(metrics=metrics, verdict=verdict, manifest={
             "neural_material": extra})
+
+    @classmethod
+    def report_section(cls, view) -> str:
+        return _report_section(view)
+
+
+def _report_section(view) -> str:
+    """Teacher | student | difference per held-out direction, the uniform material the same
+    way, and the student's PSNR against the uniform material's."""
+    from bakery import reporting
+
+    names = sorted(n for n in view.files() if n.startswith("preview_") and n.endswith(".png"))
+    extra = [reporting.picture(view, n, f"teacher | student | difference \u00d74 (direction {n[8:-4]})") for n in names]
+    if "uniform_preview.png" in view.files():
+        extra.append(reporting.picture(view, "uniform_preview.png",
+                                       "teacher | uniform material | difference \u00d74 (direction 0)"))
+    m = view.manifest.get("metrics") or {}
+    if "psnr_db" in m and "uniform_psnr_db" in m:
+        extra.append(reporting.bar_plot("student vs the uniform material", "PSNR against the teacher (dB)",
+                                        {"student": m["psnr_db"], "uniform material": m["uniform_psnr_db"]},
+                                        highlight="student"))
+    return reporting.section(view, extra=extra)
+
+
+def uniform_material(params: np.ndarray) -> np.ndarray:
+    """The material a studio ships without textures: every texel the set's mean parameters
+    (linear albedo, roughness, metalness averaged; the mean normal renormalised)."""
+    mean = params.reshape(-1, params.shape[-1]).astype(np.float64).mean(0)
+    n = mean[3:6]
+    mean[3:6] = n / max(np.linalg.norm(n), 1e-8)
+    return np.ascontiguousarray(np.broadcast_to(mean.astype(np.float32), params.shape))
 
 
 def _direction_encoding(directions: str) -> list[str]:

@@ -22,6 +22,7 @@ from bakery.nn.trainer import TrainConfig, Trainer
 from bakery.progress import TrainingProgress
 from bakery.stages.base import Stage, StageResult, register
 from bakery.stages.params import AUTO, QUALITY, Param, Presets
+from bakery.verdict import budget_reason, psnr_verdict
 
 #: Convergence-curve points per run (each decodes the whole image once).
 CURVE_POINTS = 16
@@ -52,6 +53,14 @@ class NeuralTexture(Stage):
     description = "fit a UV -> colour MLP to one texture"
     input_roles = ("image",)
     presets = PRESETS
+    baseline = "BC7 of the image at equal bytes"
+    metric_docs = {
+        "psnr_db": ("PSNR (dB)", "PSNR of the decoded texture against the source image"),
+        "bc7_psnr_db": ("BC7 at equal bytes (dB)", "PSNR of the image stored as BC7 in the weights' bytes "
+                        "(area-downsampled, upsampled back)"),
+        "weights_bytes": ("weights (bytes)", "the network's parameters at weights_dtype: what a GPU holds"),
+        "margin_db": ("vs BC7 at equal bytes (dB)", "PSNR minus BC7's at equal bytes"),
+    }
     params = (
         QUALITY,
         Param("steps", int, AUTO, "training steps", min=1, max=1_000_000),
@@ -99,7 +108,14 @@ class NeuralTexture(Stage):
         ctx.out.write_png("difference.png", np.abs(decoded - image) * DIFFERENCE_GAIN, role="difference")
         ctx.out.write_json("convergence.json", {"loss": "mse", "points": live.curve}, role="loss_curve")
         ctx.out.write_decoder_artifacts(spec, params=weights, onnx_opset=params["onnx_opset"])
-        return StageResult(metrics={"psnr_db": round(score, 4)},
+        from bakery.baselines.material import same_bytes_image
+
+        weight_bytes = int(np.asarray(weights).size) * (2 if params["weights_dtype"] == "float16" else 4)
+        bc7 = same_bytes_image(image, weight_bytes)
+        verdict = psnr_verdict(f"BC7 at equal bytes ({bc7['width']}x{bc7['height']}, {bc7['bytes']} B)", score,
+                               bc7["psnr"], reason=budget_reason(PRESETS, params))
+        return StageResult(metrics={"psnr_db": round(score, 4), "bc7_psnr_db": round(bc7["psnr"], 4),
+                                    "weights_bytes": weight_bytes}, verdict=verdict,
                            manifest={"source": {"width": w, "height": h, "channels": c},
                                      "difference_gain": DIFFERENCE_GAIN})
 

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bakery.imaging import mean_psnr, psnr
+from bakery.imaging import mean_psnr, psnr, set_psnr
 from bakery.materials import renormalize_normals
 from bakery.nn.optimizers import Adam
 from bakery.nn.trainer import TrainConfig, Trainer
-from bakery.stages.base import StepProgress
+from bakery.progress import TrainingProgress
 from bakery.stages.ntc import bc4, packing
 from bakery.stages.ntc.objective import LatentTextureFit
 from bakery.stages.ntc.rate import RatePoint
@@ -26,6 +26,8 @@ from bakery.stages.ntc.weighting import MarginSteering, bcn_weights
 #: Packed latents freeze for this last fraction of the steps: the decoder fits the final
 #: codes (as RTXNTC does).
 FREEZE_FRACTION = 0.05
+#: Seconds between the live set-PSNR readouts in the progress (each decodes the whole set).
+PROBE_INTERVAL_S = 10.0
 
 
 @dataclass
@@ -104,7 +106,9 @@ class SetTraining:
                                noise_steps=int(p["noise_fraction"] * cfg.steps), lazy_latents=lazy,
                                touched_cells=lazy, line_texels=p["line_texels"], patches=p["patches"])
         trainer = Trainer(self.ctx.device, point.network, fit, cfg)
-        progress = StepProgress(self.ctx, cfg.steps)
+        # the set's PSNR now and then: a decode of the whole set, so rarely (it changes no byte)
+        progress = TrainingProgress(self.ctx.progress, cfg.steps, interval_s=PROBE_INTERVAL_S,
+                                    probe=lambda done: {"set_psnr_db": set_psnr(self.scores(fit, trainer)[1].values())})
         steering = None
         if p["weighting"] == "margin":
             steerable = [r for r in m.roles if p[f"weight_{r}"] > 0]

@@ -362,7 +362,7 @@ class Search:
                 self.log.info("generation %d: %d structures fitted; best %s (%d nodes, loss %.3g)", gen, len(fresh),
                               top.program.structure().key(), top.nodes, top.loss)
             if self.progress is not None:
-                self.progress(gen + 1, total=cfg.generations)
+                self.progress(gen + 1, total=cfg.generations, best_loss=float(top.loss))
         best = self.beam()[0]
         if cfg.refine_steps > 0:
             fit = FitConfig(**{**cfg.fit.__dict__, "steps": cfg.refine_steps, "lr": cfg.fit.lr * 0.25})

@@ -28,6 +28,7 @@ from bakery.stages.procedural.fit import FitConfig
 from bakery.stages.procedural.proposers import make_proposers
 from bakery.stages.procedural.render import render_shader
 from bakery.stages.procedural.search import Search, SearchConfig, tiling
+from bakery.verdict import budget_reason, psnr_verdict
 
 MIN_SIZE = 32
 
@@ -61,6 +62,21 @@ class Procedural(Stage):
     description = "find a compact procedural shader program that draws the texture"
     input_roles = ("image",)
     presets = PRESETS
+    baseline = "BC7 of the image at equal bytes"
+    metric_docs = {
+        "psnr_db": ("PSNR (dB)", "PSNR of the program's render against the source image"),
+        "complexity": ("complexity (nodes)", "nodes of the program's expression tree"),
+        "instructions": ("instructions", "shader instructions the program compiles to (estimate)"),
+        "texture_loss": ("texture-statistics loss", "distance of the render's texture statistics from the source's"),
+        "program_bytes": ("program (bytes)", "compact program.json: what an engine stores"),
+        "png_bytes": ("PNG (bytes)", "the source image as PNG"),
+        "bc7_bytes": ("BC7 full size (bytes)", "the source image as BC7 at full size"),
+        "tiles": ("tiles", "whether the program was made to tile (only whole frequencies, wrapped noise)"),
+        "period_error": ("period error", "largest change of the render when shifted by one period (0: seamless)"),
+        "bc7_psnr_db": ("BC7 at equal bytes (dB)", "PSNR of the image as BC7 in the program's bytes "
+                        "(area-downsampled, upsampled back)"),
+        "margin_db": ("vs BC7 at equal bytes (dB)", "PSNR minus BC7's at equal bytes"),
+    }
     params = (
         QUALITY,
         Param("generations", int, AUTO, "search generations", min=1, max=100),
@@ -139,11 +155,17 @@ class Procedural(Stage):
         ctx.log.info("%s: %dx%d -> %d nodes, %d params, %d B program vs %d B PNG / %d B BC7; PSNR %.2f dB",
                      inp.name, w, h, best.nodes, param_count(program), program_bytes, sizes["png"], sizes["bc7"],
                      score)
-        metrics = {"psnr_db": round(score, 4), "complexity": complexity(program),
+        from bakery.baselines.material import same_bytes_image
+
+        bc7 = same_bytes_image(rgb, program_bytes)
+        verdict = psnr_verdict(f"BC7 at equal bytes ({bc7['width']}x{bc7['height']}, {bc7['bytes']} B)", score,
+                               bc7["psnr"], reason=budget_reason(PRESETS, params, key="generations",
+                                                                 unit="search generations"))
+        metrics = {"psnr_db": round(score, 4), "bc7_psnr_db": round(bc7["psnr"], 4), "complexity": complexity(program),
                    "instructions": instructions(program), "texture_loss": round(tex, 8),
                    "program_bytes": program_bytes, "png_bytes": sizes["png"], "bc7_bytes": sizes["bc7"],
                    "tiles": tile, "period_error": round(seam, 6)}
-        return StageResult(metrics=metrics, manifest={
+        return StageResult(metrics=metrics, verdict=verdict, manifest={
             "source": {"width": w, "height": h, "channels": c, "alpha_ignored": c == 4},
             "search": {**used, "fit_width": fw, "fit_height": fh, "structures_fitted": len(search.evaluated),
                        "from_command": sum(1 for c in search.evaluated.values() if c.origin == "cmd")},
@@ -151,6 +173,25 @@ class Procedural(Stage):
                        "period_error": round(seam, 6), "preview": "tile3x3.png"},
             "snapping": search.snaps,
             "sizes": sizes})
+
+    @classmethod
+    def report_section(cls, view) -> str:
+        return _report_section(view)
+
+
+def _report_section(view) -> str:
+    """The render beside its target, the 4x render, and the loss/complexity Pareto front."""
+    from bakery import reporting
+
+    files = set(view.files())
+    pairs = [("", view.bundle / "target.png", view.bundle / "render.png")] if {"target.png", "render.png"} <= files \
+        else []
+    extra = reporting.image_rows(view, pairs)
+    if "render_4x.png" in files:
+        extra.append(reporting.picture(view, "render_4x.png", "render at 4x (a program has no resolution)"))
+    if "pareto.png" in files:
+        extra.append(reporting.picture(view, "pareto.png", "loss vs complexity: every structure fitted", css="plot"))
+    return reporting.section(view, extra=extra)
 
 
 def _pareto_plot(search) -> bytes:
