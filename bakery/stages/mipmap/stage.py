@@ -87,8 +87,8 @@ class Mipmap(Stage):
         (inp,) = inputs
         material = load_mip_material(dict(inp.files), roughness=params["roughness"], albedo=params["albedo"])
         width, height = material.size
-        if material.renormalised:
-            ctx.log.info("%s: %d normal texel(s) off unit length, renormalised", inp.name, material.renormalised)
+        for note in material.notes:
+            ctx.log.info("%s: %s", inp.name, note)
         if not material.roughness_given:
             ctx.log.info("%s: no roughness map; constant roughness %.3g (param roughness)", inp.name,
                          params["roughness"])

@@ -143,10 +143,9 @@ class NeuralMaterial(Stage):
         layers = LayerConstants(params["coat_weight"], params["coat_roughness"], params["coat_ior"],
                                 params["sheen_weight"], parse_color(params["sheen_color"]), params["sheen_roughness"],
                                 params["coat_quadrature"])
-        base, renormalised = material_params(dict(inp.files), roughness=params["roughness"],
-                                             metalness=params["metalness"])
-        if renormalised:
-            ctx.log.info("%s: %d normal texel(s) off unit length, renormalised", inp.name, renormalised)
+        base, notes = material_params(dict(inp.files), roughness=params["roughness"], metalness=params["metalness"])
+        for note in notes:
+            ctx.log.info("%s: %s", inp.name, note)
         h, w, _ = base.shape
         dclass = params.device_class
         steps, batch = params["steps"], params["batch"]
