@@ -98,7 +98,7 @@ def test_packed_orm_equals_the_same_maps_given_separately_byte_for_byte(tmp_path
     assert runner.invoke(main, ["decompress", str(a), "-o", str(sep), "--no-mips"]).exit_code == 0
     r = runner.invoke(main, ["decompress", str(b), "-o", str(orm), "--no-mips", "--layout", "unreal"])
     assert r.exit_code == 0, r.output
-    assert sorted(p.name for p in orm.iterdir()) == ["D.png", "N.png", "ORM.png"]
+    assert sorted(p.name for p in orm.iterdir() if p.name != ".bakery-decompress.json") == ["D.png", "N.png", "ORM.png"]
     back, separate = load_textures({k: v.path for k, v in ((x.key(), x) for x in detect_roles(orm).values())}), \
         load_textures({r: sep / f"{r}.png" for r in maps})
     for role in maps:

@@ -97,6 +97,10 @@ class Stage:
     #: With several declared inputs, False runs one task per asset of each input (a
     #: union); True joins them by asset name, one task getting one input from each.
     joins_inputs: ClassVar[bool] = False
+    #: Whether the stage reads another stage's bundle (a ``"stage:NAME"`` input,
+    #: ``StageInput.bundle``); a pipeline feeding one to a stage that does not is refused
+    #: at validation rather than failing every task.
+    reads_bundles: ClassVar[bool] = False
     #: Whether the stage needs a GPU device at all (cache key includes the device class).
     uses_device: ClassVar[bool] = True
     #: What a studio would ship instead of this stage's result, measured in the same run
