@@ -73,17 +73,6 @@ class StageContext:
         return self._device_provider()
 
 
-class StepProgress:
-    """Adapts a trainer's ``update(n)`` to the context's ``progress(done, total=...)``."""
-
-    def __init__(self, ctx: StageContext, total: int):
-        self.ctx, self.total, self.done = ctx, total, 0
-
-    def update(self, n: int) -> None:
-        self.done += n
-        self.ctx.progress(self.done, total=self.total)
-
-
 #: type name -> stage class; filled by :func:`register`, read through ``bakery.stages``.
 REGISTRY: dict[str, type["Stage"]] = {}
 
