@@ -21,12 +21,26 @@ from bakery.errors import BakeryError
 class _Group(click.Group):
     """Turns a BakeryError raised anywhere into its one-line message and exit code."""
 
+    def main(self, *args, **kwargs):
+        try:
+            return super().main(*args, **kwargs)
+        except SystemExit as e:
+            from bakery.device import exit_now
+
+            exit_now(e.code if isinstance(e.code, int) else 1)  # a device still busy: do not wait for it
+            raise
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except BakeryError as e:
             click.echo(f"bakery: error: {e.one_line()}", err=True)
             sys.exit(e.exit_code)
+        except KeyboardInterrupt as e:  # bakery run, decompress: Ctrl-C or SIGTERM, no traceback
+            from bakery.pipeline.safety import exit_code_of
+
+            click.echo("interrupted: nothing was published", err=True)
+            sys.exit(exit_code_of(e))
         except OSError as e:  # read-only or full disk outside a task: one line, not a traceback
             from bakery.pipeline.safety import filesystem_error
 
@@ -97,10 +111,12 @@ class _RunCommand(click.Command):
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path), help="output bundle folder")
 @click.option("--param", "param_items", multiple=True, metavar="KEY=VALUE", help="stage parameter (repeatable)")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0))
 @click.option("--device", "device_kind", default="auto", show_default=True,
               type=click.Choice(DEVICE_KINDS))
-def run(stage, inputs, out_dir, param_items, seed, device_kind):
+@click.option("--dispatch-timeout", type=click.FloatRange(0, 1e6, min_open=True), default=600.0, show_default=True,
+              metavar="SECONDS", help="Fail when one device dispatch runs longer (a shader that never terminates).")
+def run(stage, inputs, out_dir, param_items, seed, device_kind, dispatch_timeout):
     """Run one stage once: bakery run STAGE INPUT... -o OUT [--param k=v]."""
     from bakery.device import open_device, probe_device_class
     from bakery.errors import UsageError
@@ -152,7 +168,8 @@ def run(stage, inputs, out_dir, param_items, seed, device_kind):
 
     log = logging.getLogger("bakery.run")
     with sigterm_as_interrupt():  # CI cancels with SIGTERM: clean up like Ctrl-C
-        manifest = run_task(stage_cls, source, settings, seed=seed, device_provider=lambda: open_device(device_kind), out_dir=out_dir,
+        manifest = run_task(stage_cls, source, settings, seed=seed,
+                            device_provider=lambda: _timed(open_device(device_kind), dispatch_timeout), out_dir=out_dir,
                             log=log, progress=report, where=stage)
     if bar is not None:
         bar.close()
@@ -163,6 +180,11 @@ def run(stage, inputs, out_dir, param_items, seed, device_kind):
     width = max((len(k) for k in metrics), default=0)
     for k, v in metrics.items():  # one aligned row per metric
         click.echo(f"  {k:<{width}}  {v:.4g}" if isinstance(v, float) else f"  {k:<{width}}  {v}")
+
+
+def _timed(device, seconds: float):
+    device.dispatch_timeout = seconds
+    return device
 
 
 @main.command("init")

@@ -14,7 +14,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bakery.errors import DeviceError, UsageError
+from bakery.errors import DeviceError, TaskError, UsageError
 
 #: The one Slang include path: the ``bakery`` package folder. Slang lives beside the Python
 #: that owns it, and every ``#include`` names its file from here (``nn/mlp.slang``,
@@ -26,6 +26,33 @@ DEVICE_KINDS = ("auto", "vulkan", "cuda", "software")
 INSTALL_HINT = ("no Vulkan driver found: install a GPU driver, or Mesa lavapipe on CPU-only machines "
                 "(Debian bookworm: apt-get install -t bookworm-backports mesa-vulkan-drivers; "
                 "scripts/setup.sh does this)")
+
+
+#: Seconds a single device submission may run (a command buffer of a few training steps
+#: takes milliseconds on a GPU and seconds on lavapipe); pipelines override it per
+#: project or stage, ``bakery run`` with ``--dispatch-timeout``.
+DEFAULT_DISPATCH_TIMEOUT = 600.0
+#: Devices whose queue still runs a dispatch that timed out or was interrupted.
+_WEDGED: list = []
+
+
+class DispatchTimeout(TaskError):
+    """A device dispatch outlived its time limit (a shader that never terminates)."""
+
+
+def exit_now(code: int) -> None:
+    """Ends the process with ``code`` at once when a device is wedged: a normal exit would
+    wait in the driver for a dispatch that never finishes. Otherwise returns."""
+    if not _WEDGED:
+        return
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def default_cache_dir() -> Path:
@@ -120,6 +147,11 @@ class Device:
                                cooperative_vector=self.coopvec,
                                software=bool(spy_device.has_feature(spy.Feature.software_device)))
         self._programs: dict = {}
+        #: Seconds one submission may run before :meth:`wait_for` gives up on it; the
+        #: worker sets each task's (``dispatch_timeout``, docs/PIPELINE.md).
+        self.dispatch_timeout = DEFAULT_DISPATCH_TIMEOUT
+        self.wedged = False
+        self._last_submit: int | None = None
         self._luid = luid
 
     @functools.cached_property
@@ -171,13 +203,49 @@ class Device:
 
     def submit(self, record) -> int:
         """Records dispatches with ``record(encoder)`` into one command buffer and runs it;
-        returns the submission id (``spy.wait_for_submit``)."""
+        returns the submission id (for :meth:`wait_for`)."""
+        if self.wedged:
+            raise DispatchTimeout(f"the device is still running a dispatch that exceeded its {self.dispatch_timeout:g} s "
+                                  "limit; no more work can run on it in this process")
         encoder = self.spy.create_command_encoder()
         record(encoder)
-        return self.spy.submit_command_buffer(encoder.finish())
+        self._last_submit = self.spy.submit_command_buffer(encoder.finish())
+        return self._last_submit
 
     def wait(self) -> None:
-        self.spy.wait_for_idle()
+        """Waits for everything submitted (see :meth:`wait_for`)."""
+        if self._last_submit is not None:
+            self.wait_for(self._last_submit)
+        self.spy.wait_for_idle()  # already idle: returns at once
+
+    def wait_for(self, submit_id: int) -> None:
+        """Waits for one submission, but never past :attr:`dispatch_timeout` seconds and
+        never deaf to signals: the wait polls (sleeping 20 us, growing to 5 ms), so Python
+        signal handlers run and a shader that never terminates becomes a one-line
+        :class:`DispatchTimeout` instead of a hung bake. The device is then marked wedged
+        (its queue cannot be cancelled), and the process must end with :func:`exit_now`."""
+        import time
+
+        if self.spy.is_submit_finished(submit_id):
+            return
+        deadline = time.monotonic() + self.dispatch_timeout
+        pause = 2e-5
+        try:
+            while not self.spy.is_submit_finished(submit_id):
+                if time.monotonic() > deadline:
+                    self._wedge()
+                    raise DispatchTimeout(f"a device dispatch ran longer than {self.dispatch_timeout:g} s (the task's "
+                                          "dispatch_timeout); the shader may never terminate")
+                time.sleep(pause)
+                pause = min(pause * 2, 5e-3)
+        except KeyboardInterrupt:
+            if not self.spy.is_submit_finished(submit_id):
+                self._wedge()  # interrupted mid-dispatch: the queue is still busy
+            raise
+
+    def _wedge(self) -> None:
+        self.wedged = True
+        _WEDGED.append(self)
 
 
 def device_class_of(backend: str, adapter: str) -> str:

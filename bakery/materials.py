@@ -126,6 +126,7 @@ class MaterialSet:
     slices: tuple[tuple[int, int], ...]  # (first channel, channel count) per role
     image: np.ndarray                    # [H, W, C] float32
     renormalised: int = 0                # normal texels that were off unit (see unit_normals)
+    notes: tuple[str, ...] = ()          # what loading chose for the user (Textures.notes)
 
     @property
     def channels(self) -> int:
@@ -179,11 +180,14 @@ def renormalize_normals(image: np.ndarray, normal_channel: int) -> np.ndarray:
 class Textures:
     """A material's textures by role, in storage space ([0, 1], colour still sRGB), all of
     one size, each with the channel count its role keeps; ``sources`` names where each
-    came from (for messages), ``renormalised`` counts normal texels that were off unit."""
+    came from (for messages), ``renormalised`` counts normal texels that were off unit;
+    ``notes`` say, one line each, what loading chose that the user did not declare (a
+    channel kept, texels renormalised), for the task log."""
 
     maps: dict[str, np.ndarray]
     sources: dict[str, str]
     renormalised: int = 0
+    notes: tuple[str, ...] = ()
 
     def __getitem__(self, role: str) -> np.ndarray:
         return self.maps[role]
@@ -231,13 +235,13 @@ def load_textures(files: Mapping[str, Path], roles: Sequence[str] | None = None)
         if image(given["albedo"]).shape[2] in (2, 4):  # LA or RGBA: the alpha is the opacity
             given["opacity"] = Binding("opacity", given["albedo"].path, "a" if read[given["albedo"].path].shape[2] == 4
                                        else "g")
-    maps, sources, first, off = {}, {}, None, 0
+    maps, sources, notes, first, off = {}, {}, [], None, 0
     for role in ROLES:
         if role not in given or role not in wanted:
             continue
         b = given[role]
         where = b.describe()
-        img = _select(image(b), b, where)
+        img = _select(image(b), b, where, notes)
         if first is None:
             first = (role, img.shape[:2])
         elif img.shape[:2] != first[1]:
@@ -246,12 +250,16 @@ def load_textures(files: Mapping[str, Path], roles: Sequence[str] | None = None)
                              where=where, key=role)
         if role == "normal":
             img, off = _normal_policy(img, where)
+            if off:
+                notes.append(f"{off} normal texel(s) off unit length, renormalised")
         maps[role], sources[role] = img, where
-    return Textures(maps, sources, off)
+    return Textures(maps, sources, off, tuple(notes))
 
 
-def _select(img: np.ndarray, b: Binding, where: str) -> np.ndarray:
-    """The channels ``b`` names, as many as its role keeps, in OpenGL convention."""
+def _select(img: np.ndarray, b: Binding, where: str, notes: list[str]) -> np.ndarray:
+    """The channels ``b`` names, as many as its role keeps, in OpenGL convention. A
+    one-channel role read from a file whose colour channels differ keeps the first and
+    says so in ``notes`` (a declared channel chooses another)."""
     have = img.shape[2]
     if b.channels:
         missing = [ch for ch in b.channels if _CHANNEL_INDEX[ch] >= have]
@@ -266,6 +274,10 @@ def _select(img: np.ndarray, b: Binding, where: str) -> np.ndarray:
             img = img.copy()
             img[..., 1] = complement(img[..., 1])
     elif want == 1:
+        colour = img[..., :3] if img.shape[2] >= 3 else img[..., :1]
+        if colour.shape[2] > 1 and not (colour[..., 1:] == colour[..., :1]).all():
+            notes.append(f"{b.role}: kept channel r of {where}, whose colour channels differ "
+                         f"(declare another: channels = {{ {b.role} = \"{b.path.stem}.g\" }})")
         img = img[..., :1]
     elif want == 3:
         if img.shape[2] < 3:
@@ -330,4 +342,4 @@ def load_material(files: Mapping[str, Path]) -> MaterialSet:
     if c > MAX_CHANNELS:
         raise UsageError(f"{c} channels in the set; at most {MAX_CHANNELS} fit one decoder", key="inputs")
     return MaterialSet(tuple(roles), tuple(slices), np.concatenate([textures[r] for r in roles], -1).astype(np.float32),
-                       textures.renormalised)
+                       textures.renormalised, textures.notes)

@@ -6,7 +6,8 @@ stochastic sample textures in assets/textures. Per target: PSNR, whether it is r
 bakery/stages/procedural/texture_stats.py), complexity (nodes), instruction estimate,
 whether target and program tile, program bytes against PNG and BC7 bytes, wall time. For the stochastic ones the
 baseline in the same run: a `neural_texture` whose fp16 weights take at most as many
-bytes as the program's compact JSON, scored with the same texture loss.
+bytes as the program's compact JSON, scored with the same texture loss (the stage trains
+it: bakery/stages/procedural/neural_baseline.py).
 
     python3 bench/procedural.py --device vulkan --workers 6    # H200: 6 targets at once share the GPU
     python3 bench/procedural.py --device software --small                # CPU smoke run
@@ -34,8 +35,7 @@ from bakery.baselines.resample import downsample_area  # noqa: E402
 from bakery.cli import main as cli_main  # noqa: E402
 from bakery.device import open_device  # noqa: E402
 from bakery.formats.images import encode_png, load_image  # noqa: E402
-from bakery.imaging import psnr  # noqa: E402
-from bakery.stages.procedural import dsl, texture_stats  # noqa: E402
+from bakery.stages.procedural import dsl  # noqa: E402
 from bakery.stages.procedural.render import render_shader  # noqa: E402
 
 
@@ -73,19 +73,6 @@ GENERATED = {
 RECOVERED_DB = 35.0
 
 
-def network_for_bytes(budget: int) -> tuple[int, int, int]:
-    """(octaves, width, layers) of the largest UV -> RGB MLP whose fp16 weights fit ``budget`` bytes."""
-    best = (0, 1, 1, 1)
-    for octaves in range(1, 9):
-        for layers in (1, 2):
-            for width in range(2, 65):
-                n_in = 4 * octaves
-                params = n_in * width + width + (layers - 1) * (width * width + width) + 3 * width + 3
-                if 2 * params <= budget and params > best[0]:
-                    best = (params, octaves, width, layers)
-    return best[1:]
-
-
 def run_cli(args: list[str]) -> dict:
     cli_main([str(a) for a in args], standalone_mode=False)
     return json.loads((Path(args[args.index("-o") + 1]) / "manifest.json").read_text())
@@ -93,13 +80,13 @@ def run_cli(args: list[str]) -> dict:
 
 def bake_target(name: str, kind: str, src: Path, reference_nodes, params: list[str], seed: int, device: str,
                 nt_steps: int, size: int) -> dict:
-    """One target through `bakery run procedural` (and, for a stochastic one, the byte-matched
+    """One target through `bakery run procedural` (which also trains the byte-matched
     neural_texture baseline); a worker process of its own, so targets can share the GPU."""
-    image = load_image(src)[:, :, :3]
     out = src.parent
     t0 = time.perf_counter()
     m = run_cli(["run", "procedural", src, "-o", out / f"{name}_proc", "--seed", seed, "--device", device,
-                 *sum((["--param", p] for p in params), [])])
+                 *sum((["--param", p] for p in params), []), "--param", f"baseline_steps={nt_steps}",
+                 "--param", f"baseline_batch={min(1 << 16, size * size)}"])
     wall = time.perf_counter() - t0
     met = dict(m["metrics"], psnr_db=float(m["metrics"]["psnr_db"]))  # "inf" when exact
     row = {"target": name, "kind": kind, "psnr_db": met["psnr_db"], "texture_loss": met["texture_loss"],
@@ -112,20 +99,9 @@ def bake_target(name: str, kind: str, src: Path, reference_nodes, params: list[s
            "period_error": m["tiling"]["period_error"],
            "program": json.loads((out / f"{name}_proc" / "program.json").read_text())["root"],
            "search": m["resolved_params"]["values"]}
-    if kind == "stochastic":
-        octaves, width, layers = network_for_bytes(met["program_bytes"])
-        t1 = time.perf_counter()
-        nt = run_cli(["run", "neural_texture", src, "-o", out / f"{name}_nt", "--seed", seed,
-                      "--device", device, "--param", f"octaves={octaves}", "--param", f"width={width}",
-                      "--param", f"layers={layers}", "--param", f"steps={nt_steps}",
-                      "--param", f"batch={min(1 << 16, size * size)}"])
-        decoded = load_image(out / f"{name}_nt" / "preview.png")[:, :, :3]
-        weights = next(f["bytes"] for f in nt["files"] if f["name"] == "weights.bin")
-        row["neural_texture"] = {"octaves": octaves, "width": width, "layers": layers,
-                                 "weights_bytes": weights, "psnr_db": round(psnr(decoded, image), 4),
-                                 "texture_loss": round(texture_stats.texture_loss(
-                                     decoded, texture_stats.statistics(image)), 8),
-                                 "wall_s": round(time.perf_counter() - t1, 2)}
+    if kind == "stochastic":  # trained by the stage (neural_baseline.py), in wall_s
+        row["neural_texture"] = {k: m["neural_texture"][k] for k in
+                                 ("octaves", "width", "layers", "weights_bytes", "steps", "psnr_db", "texture_loss")}
     return row
 
 

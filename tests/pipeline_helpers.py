@@ -53,6 +53,7 @@ class SummaryStage(Stage):
     """Reads an upstream bundle (a stage input) and writes a digest of it."""
 
     type_name = "test_summary"
+    reads_bundles = True
     version = "1"
     uses_device = False
     input_roles = ("image", "albedo")
@@ -69,6 +70,7 @@ class JoinStage(Stage):
     """Joins an asset with an upstream bundle of the same name: a stage of two inputs."""
 
     type_name = "test_join"
+    reads_bundles = True
     version = "1"
     uses_device = False
     joins_inputs = True

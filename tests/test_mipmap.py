@@ -5,6 +5,7 @@ determinism, and bad input."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -324,3 +325,13 @@ def test_missing_normal_map_and_unknown_param_are_usage_errors(tmp_path):
 
 def test_albedo_is_decoded_from_srgb():
     np.testing.assert_allclose(srgb_to_linear(np.array([0.0, 0.5, 1.0])), [0.0, 0.21404, 1.0], atol=1e-4)
+
+
+def test_progress_shows_the_training_loss(tmp_path):
+    """Progress lines carry the loss of the chain trained so far, not only a step count."""
+    folder = _write_material(tmp_path / "bumpy", _bumpy(16))
+    r = _run(["run", "mipmap", folder, "-o", tmp_path / "out", "--param", "steps=8", "--param", "pairs=2",
+              "--param", "eval_pairs=2"])
+    assert r.exit_code == 0, r.output
+    losses = [float(v) for v in re.findall(r"mipmap bumpy: 8/8 loss=(\S+)", r.output)]
+    assert losses and all(0.0 < v < 1.0 for v in losses), r.output

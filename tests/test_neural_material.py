@@ -6,6 +6,7 @@ and bad input."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -397,3 +398,14 @@ StructuredBuffer<uint> W; Texture2DArray<float4> L; SamplerState S; RWStructured
     r = subprocess.run(["glslangValidator", "-D", "-S", "comp", "-e", "main", "-V", str(path), "-o",
                         str(tmp_path / "t.spv")], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_progress_shows_the_training_loss(tmp_path):
+    """Progress lines carry the student's training loss (on a fixed batch drawn like a
+    step's), not only a step rate."""
+    mat = _material(tmp_path / "bricks", size=16)
+    r = _run("run", "neural_material", mat, "-o", tmp_path / "out", "--param", "steps=16", "--param", "batch=256",
+             "--param", "hidden=8", "--param", "encoder_hidden=8", "--param", "eval_directions=2")
+    assert r.exit_code == 0, r.output
+    losses = [float(v) for v in re.findall(r"neural_material bricks: 16/16 loss=(\S+)", r.output)]
+    assert losses and all(np.isfinite(v) and v > 0.0 for v in losses), r.output

@@ -211,7 +211,7 @@ def test_lazy_updates_and_coherent_samples_train_as_well(bundle, tmp_path, monke
 def test_cpu_reference_decoder_matches_the_previews(bundle):
     _, out = bundle
     b = read_bundle(out)
-    grid, levels = latent_values(out, b.manifest)
+    grid, levels = latent_values(b)
     decoded = decode_image(grid, levels, b.network, b.params)
     preview = load_image(out / "preview_albedo.png")
     a, n = b.manifest["ntc"]["material"]["channels"]["albedo"]
@@ -276,7 +276,7 @@ def test_random_texels_through_generated_decoder_equal_full_decode(bundle, devic
 
     _, out = bundle
     b = read_bundle(out)
-    grid, levels = latent_values(out, b.manifest)
+    grid, levels = latent_values(b)
     rng = np.random.default_rng(0)
     n, c = 240, b.network.n_outputs
     mip = rng.integers(0, len(grid.color_mips), n).astype(np.uint32)
@@ -345,7 +345,7 @@ def test_compute_decoder_writes_whole_mips_equal_to_the_reference(bundle, device
 
     _, out = bundle
     b = read_bundle(out)
-    grid, levels = latent_values(out, b.manifest)
+    grid, levels = latent_values(b)
     prefix, c = _prefix(out), b.network.n_outputs
     kernel = device.kernel((out / "ntc_decode_mip.slang").read_text(), f"{prefix}_decode_mip")
     words = lambda p: make_buffer(device, np.frombuffer(p.read_bytes(), np.uint32))  # noqa: E731
@@ -486,7 +486,7 @@ def test_bc_latents_train_open_in_pillow_and_transcode_with_mips(tmp_path):
     assert m["metrics"]["bpp"] == pytest.approx(resident * 8 / SIZE**2, abs=1e-4)
     # the reference decode of the stored BC4 latents is what training saw
     b = read_bundle(out)
-    grid, levels = latent_values(out, b.manifest)
+    grid, levels = latent_values(b)
     decoded = decode_image(grid, levels, b.network, b.params)
     a, n = m["ntc"]["material"]["channels"]["albedo"]
     assert np.abs(np.clip(decoded[..., a:a + n], 0, 1) - load_image(out / "preview_albedo.png")).max() < 3.5 / 255

@@ -75,7 +75,8 @@ def test_glob_matching_nothing(tmp_path, monkeypatch):
 
 
 def test_dependency_cycle_is_named(tmp_path, monkeypatch):
-    toml = BASIC_TOML.replace('inputs = ["photos"]', 'inputs = ["stage:summary"]')
+    toml = BASIC_TOML.replace('type = "test_blur"\ninputs = ["photos"]\nparams = { radius = 1 }',
+                              'type = "test_summary"\ninputs = ["stage:summary"]')
     (err,) = _bake_errors(tmp_path, monkeypatch, toml)
     line = _line_of(toml, 'inputs = ["stage:summary"]')
     assert err == f"error: pipeline.toml:{line}: stages.blur.inputs: dependency cycle: blur -> summary -> blur"

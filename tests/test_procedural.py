@@ -317,3 +317,54 @@ def test_unknown_proposer_is_a_usage_error(tmp_path):
     img = write_png(tmp_path / "t.png", np.full((32, 32, 3), 0.5, np.float32))
     r = run_stage(img, tmp_path / "out", "proposer=oracle")
     assert r.exit_code == 2 and "params.proposer" in r.output
+
+
+# -- the neural-texture baseline of equal bytes ------------------------------------------------
+def test_neural_texture_baseline_fits_the_bytes_and_is_deterministic(device):
+    from bakery.nn.encodings import FrequencyEncoding
+    from bakery.nn.network import NetworkSpec
+    from bakery.stages.procedural.neural_baseline import network_for_bytes, neural_texture_of_equal_bytes
+
+    for budget in (60, 300, 800, 2000):
+        octaves, width, layers = network_for_bytes(budget)
+        assert 2 * NetworkSpec(FrequencyEncoding(2, octaves), (width,) * layers, 3, "relu").param_count <= budget
+    y, x = np.mgrid[0:32, 0:32] / 32.0
+    image = np.stack([0.5 + 0.4 * np.sin(6 * x), 0.3 + 0.2 * y, 0.5 + 0 * x], -1).astype(np.float32)
+    a, b = (neural_texture_of_equal_bytes(device, image, 400, steps=30, batch=512, seed=3) for _ in range(2))
+    assert a["weights_bytes"] <= 400 and a["decoded"].shape == image.shape
+    assert np.array_equal(a["decoded"], b["decoded"]) and a["texture_loss"] == b["texture_loss"]
+    assert a["psnr_db"] == pytest.approx(psnr(a["decoded"], image), abs=1e-3)
+
+
+def test_a_loss_to_either_baseline_is_the_verdict_and_the_other_is_named():
+    from bakery.stages.procedural.stage import _against_baselines
+
+    bc7 = {"width": 8, "height": 8, "bytes": 64, "psnr": 20.0}
+    nt = {"weights_bytes": 60, "steps": 300, "texture_loss": 1e-3}
+    beats_both = _against_baselines(25.0, 1e-4, bc7, nt, "CPU budget")
+    assert beats_both.wins and len(beats_both.parts) == 2 and beats_both.margin_db == pytest.approx(5.0)
+    loses_to_nt = _against_baselines(25.0, 1e-2, bc7, nt, "CPU budget")
+    assert not loses_to_nt.wins and loses_to_nt.baseline.startswith("neural texture of equal bytes")
+    assert loses_to_nt.margin_db == pytest.approx(-10.0) and "also" not in loses_to_nt.reason
+    loses_to_both = _against_baselines(15.0, 1e-2, bc7, nt, "CPU budget")
+    assert loses_to_both.baseline.startswith("neural texture") and loses_to_both.margin_db == pytest.approx(-10.0)
+    assert "also under the BC7 at equal bytes (8x8, 64 B) (-5.00 dB)" in loses_to_both.reason
+    assert loses_to_both.reason.endswith("CPU budget")
+
+
+def test_stage_reports_the_neural_texture_of_equal_bytes(device, tmp_path):
+    y, x = np.mgrid[0:48, 0:48] / 48.0
+    target = np.stack([0.5 + 0.4 * np.sin(12 * x), 0.3 + 0.2 * y, 0.5 + 0 * x], -1).astype(np.float32)
+    r = run_stage(write_png(tmp_path / "t.png", target), tmp_path / "out", "generations=1", "population=2",
+                  "beam=1", "restarts=1", "steps=20", "fit_size=48", "refine_steps=0", "baseline_steps=30")
+    assert r.exit_code == 0, r.output
+    m = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    nt, metrics, verdict = m["neural_texture"], m["metrics"], m["verdict"]
+    assert 0 < nt["weights_bytes"] <= metrics["program_bytes"] and nt["steps"] == 30
+    assert metrics["nt_texture_loss"] == nt["texture_loss"] and metrics["nt_psnr_db"] == nt["psnr_db"]
+    assert [p["name"].split(" ")[0] for p in verdict["parts"]] == ["BC7", "neural"]
+    assert metrics["margin_db"] == min(p["margin_db"] for p in verdict["parts"])
+    assert "neural_texture.png" in {f["name"] for f in m["files"]}
+    from report_check import assert_section
+
+    assert "a neural texture of equal bytes" in assert_section(tmp_path / "out", images=3)

@@ -372,7 +372,7 @@ def test_globs_never_match_the_pipelines_own_folders(tmp_path):
 # -- signals and verify ----------------------------------------------------------------------------
 
 
-def test_sigterm_is_treated_like_ctrl_c(tmp_path):
+def test_sigterm_is_treated_like_ctrl_c_and_exits_143(tmp_path):
     make_project(tmp_path, SLEEP_TOML.format(seconds=30.0, tag="x"), images=("a", "b"))
     started = tmp_path / "started"
     env = {**_env(), "BAKERY_TEST_STARTED": str(started)}
@@ -385,7 +385,7 @@ def test_sigterm_is_treated_like_ctrl_c(tmp_path):
     assert list(tmp_path.rglob(".*staging*"))  # mid-task: a staging folder exists
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=30)
-    assert p.returncode == 130 and "interrupted" in err and "Traceback" not in err
+    assert p.returncode == 143 and "interrupted" in err and "Traceback" not in err
     assert [t["reason"] for t in report(tmp_path)["tasks"]] == ["interrupted", "interrupted"]
     assert not list(tmp_path.rglob(".*staging*"))
 

@@ -1,11 +1,14 @@
 """Property test of the safety guarantees (issue 9, docs/PIPELINE.md "Safety").
 
 Random sequences of bake / edit a source / edit params / clean / SIGKILL a bake at a random
-moment, over a small real pipeline (a numpy stage and a neural_texture stage training a
+moment / decompress an NTC bundle into a random folder / plant a symbolic link inside
+``out/`` or the cache (to a folder or file outside both) then bake or clean, over a small
+real pipeline (a numpy stage and a neural_texture stage training a
 few steps on 16² and 32² textures on the machine's default device: lavapipe on a CPU, the
 GPU where there is one). After every step no file outside ``out/`` and the cache differs
 from what the test itself wrote, engine files put inside bundles survive everything but
-``clean``, and after a final bake ``bakery verify out`` passes. Seeded: the same sequences
+``clean``, a planted link's target is never written through, and after a final bake
+``bakery verify out`` passes. Seeded: the same sequences
 and kill moments on every run.
 """
 
@@ -14,11 +17,13 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from ntc_bundles import write_ntc_bundle
 from pipeline_helpers import write_image
 
 TESTS = Path(__file__).resolve().parent
@@ -26,7 +31,10 @@ REPO = TESTS.parent
 SEED = 9
 SEQUENCES = 3
 STEPS = 6
-OPS = ("bake", "kill", "kill", "edit_source", "edit_params", "clean")
+OPS = ("bake", "kill", "kill", "edit_source", "edit_params", "clean", "decompress", "plant")
+#: Links a person (or an attacker) might leave inside bakery's folders.
+PLANTS = ("out/.bakery.lock", "out/blur", "out/fit/photos", "out/logs/blur", "cache/entries", "cache/records",
+          "out/report.html")
 
 TOML = """\
 [project]
@@ -74,6 +82,10 @@ class Project:
         self.meta: set[Path] = set()  # engine files the test put inside bundles
         for name, size in (("a", 16), ("b", 32)):
             write_image(root / "src" / f"{name}.png", seed=rng.randrange(1000), size=size)
+        write_ntc_bundle(root / "shipped" / "ntc_set", mips=False)  # a bundle from elsewhere, to decompress
+        (root / "elsewhere" / "folder").mkdir(parents=True)
+        (root / "elsewhere" / "folder" / "keep.txt").write_text("a person's file")
+        (root / "elsewhere" / "file.txt").write_text("a person's file")
         self.write_toml()
         self.expected = outside_snapshot(root)
 
@@ -116,6 +128,38 @@ class Project:
                            text=True, timeout=120)
         assert r.returncode == 0, r.stderr
         self.meta.clear()
+
+    def decompress(self) -> None:
+        target = self.rng.choice(["decoded", "decoded", "src", "elsewhere/folder", "out"])
+        r = subprocess.run(_cmd("decompress", "shipped/ntc_set", "-o", target), cwd=self.root, env=_env(),
+                           capture_output=True, text=True, timeout=120)
+        assert "Traceback" not in r.stderr, r.stderr
+        if target == "decoded":  # a new folder, then its own: written
+            assert r.returncode == 0, r.stderr
+            self.expected = {**{k: v for k, v in self.expected.items() if not k.startswith("decoded/")},
+                             **{k: v for k, v in outside_snapshot(self.root).items() if k.startswith("decoded/")}}
+        else:  # a source folder, a person's folder, bakery's out/: refused, in one line
+            assert r.returncode == 2 and len([x for x in r.stderr.splitlines() if "error:" in x]) == 1, r.stderr
+
+    def plant(self) -> None:
+        where = self.root / self.rng.choice(PLANTS)
+        target = self.root / "elsewhere" / ("file.txt" if where.suffix in (".lock", ".html") else "folder")
+        if where.is_dir() and not where.is_symlink():
+            shutil.rmtree(where)
+        elif where.exists() or where.is_symlink():
+            where.unlink()
+        self.meta = {p for p in self.meta if p.is_file()}
+        where.parent.mkdir(parents=True, exist_ok=True)
+        where.symlink_to(target)
+        op = self.rng.choice(("bake", "clean"))
+        r = subprocess.run(_cmd(op, "pipeline.toml"), cwd=self.root, env=_env(), capture_output=True, text=True,
+                           timeout=300)
+        assert "Traceback" not in r.stderr and r.returncode in (0, 1, 2), r.stderr
+        assert outside_snapshot(self.root) == self.expected, (op, where, r.stderr)
+        assert where.is_symlink(), f"{op} removed the planted link {where}"
+        where.unlink()
+        if op == "clean":
+            self.meta.clear()
 
     def check(self, history: list[str]) -> None:
         assert outside_snapshot(self.root) == self.expected, history

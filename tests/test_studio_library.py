@@ -98,7 +98,7 @@ def test_packed_orm_equals_the_same_maps_given_separately_byte_for_byte(tmp_path
     assert runner.invoke(main, ["decompress", str(a), "-o", str(sep), "--no-mips"]).exit_code == 0
     r = runner.invoke(main, ["decompress", str(b), "-o", str(orm), "--no-mips", "--layout", "unreal"])
     assert r.exit_code == 0, r.output
-    assert sorted(p.name for p in orm.iterdir()) == ["D.png", "N.png", "ORM.png"]
+    assert sorted(p.name for p in orm.iterdir() if p.name != ".bakery-decompress.json") == ["D.png", "N.png", "ORM.png"]
     back, separate = load_textures({k: v.path for k, v in ((x.key(), x) for x in detect_roles(orm).values())}), \
         load_textures({r: sep / f"{r}.png" for r in maps})
     for role in maps:
@@ -262,3 +262,28 @@ def test_a_plugin_stages_own_role_still_matches_its_plain_file_name(tmp_path):
     found = detect_roles(tmp_path, plain_roles=("heightfield", "albedo"))
     assert found["heightfield"].path.name == "heightfield.png" and found["albedo"].path.name == "T_Barrel_D.png"
     assert "heightfield" not in detect_roles(tmp_path)
+
+
+def test_a_single_channel_role_from_a_colour_file_says_which_channel_it_kept(tmp_path):
+    """A roughness map saved as RGB with differing channels keeps its red channel and the
+    task log says so, naming the declaration that picks another; a grey map saved as RGB
+    (equal channels) is not ambiguous and says nothing."""
+    maps = reference_maps(16, 16)
+    folder = tmp_path / "lib" / "rock"
+    folder.mkdir(parents=True)
+    (folder / "albedo.png").write_bytes(encode_png(maps["albedo"]))
+    rgb = np.concatenate([maps["roughness"], 1 - maps["roughness"], maps["roughness"] * 0.5], -1)
+    (folder / "roughness.png").write_bytes(encode_png(rgb))
+    (folder / "metalness.png").write_bytes(encode_png(np.repeat(maps["roughness"], 3, -1)))
+    t = load_textures({"albedo": folder / "albedo.png", "roughness": folder / "roughness.png",
+                       "metalness": folder / "metalness.png"})
+    np.testing.assert_array_equal(t["roughness"], load_textures({"roughness": folder / "roughness.png"})["roughness"])
+    assert len(t.notes) == 1 and t.notes[0].startswith("roughness: kept channel r of ")
+    assert 'channels = { roughness = "roughness.g" }' in t.notes[0]
+    nm = ('type = "neural_material"\ninputs = ["lib"]\n'
+          'params = { steps = 1, batch = 64, hidden = 8, encoder_hidden = 8, eval_directions = 2 }')
+    (tmp_path / "pipeline.toml").write_text(f'[assets.lib]\nmaterial = "lib/*"\n\n[stages.nm]\n{nm}\n')
+    r = _bake(tmp_path / "pipeline.toml")
+    assert r.exit_code == 0, r.output
+    log = (tmp_path / "out" / "logs" / "nm" / "lib" / "rock.log").read_text()
+    assert t.notes[0] in log and "channels = { metalness" not in log

@@ -69,7 +69,12 @@ class BundleWriter:
         data = bytes(data)
         path = self.dir / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+        try:
+            path.write_bytes(data)
+        except OSError as e:
+            from bakery.formats.publish import name_path
+
+            raise name_path(e, path) from None
         self._files[name] = {"name": name, "role": str(role), "bytes": len(data),
                              "sha256": hashlib.sha256(data).hexdigest()}
         return path
@@ -175,7 +180,12 @@ class BundleWriter:
         if missing:
             raise ValueError(f"manifest fields lack {', '.join(missing)}")
         data = canonical_json.dumps(manifest)
-        (self.dir / MANIFEST_NAME).write_bytes(data)
+        try:
+            (self.dir / MANIFEST_NAME).write_bytes(data)
+        except OSError as e:
+            from bakery.formats.publish import name_path
+
+            raise name_path(e, self.dir / MANIFEST_NAME) from None
         self._finalized = True
         return canonical_json.normalize(manifest)
 

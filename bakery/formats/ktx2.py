@@ -28,6 +28,9 @@ HEADER = struct.Struct("<12s9I4I2Q")     # identifier, vkFormat..supercompressio
 LEVEL = struct.Struct("<3Q")             # byteOffset, byteLength, uncompressedByteLength
 SUPERCOMPRESSION_NONE = 0
 SUPERCOMPRESSION_ZSTD = 2
+#: Largest texel payload a reader holds (all levels and layers): a 16384² RGBA16F chain is
+#: 2.7 GiB; a header asking for more is refused before anything is inflated or copied.
+MAX_TEXTURE_BYTES = 3 << 30
 SUPERCOMPRESSION = {"none": SUPERCOMPRESSION_NONE, "zstd": SUPERCOMPRESSION_ZSTD}
 # Fixed, so equal textures give equal bytes (for one libzstd version); one thread, no dictionary.
 ZSTD_LEVEL = 19
@@ -176,6 +179,9 @@ def read_ktx2(data: bytes, *, where: str = "texture.ktx2") -> Texture:
         if off % align or off < data_start or off + length > len(data):
             raise bad(f"mip {m}: offset {off} misaligned or out of range")
         spans.append((off, length, ulength, size))
+    inflated = sum(ulength for _, _, ulength, _ in spans)
+    if inflated > MAX_TEXTURE_BYTES:
+        raise bad(f"{inflated} bytes of texels, more than the {MAX_TEXTURE_BYTES} a loader inflates")
     end = max(off + length for off, length, _, _ in spans)
     if end != len(data):
         raise bad(f"size mismatch: level data ends at {end}, file has {len(data)} bytes")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -29,8 +30,10 @@ def aside_path(final_dir: Path) -> Path:
 def recover(final_dir: Path) -> None:
     """Finishes or undoes a publish interrupted by a crash (idempotent)."""
     final_dir, aside = Path(final_dir), aside_path(final_dir)
-    if not aside.exists():
-        return
+    from bakery.safe_files import is_regular
+
+    if aside.is_symlink() or not aside.is_dir() or not is_regular(aside / "manifest.json"):
+        return  # not an aside bakery made (a person's folder that happens to end in the suffix)
     if final_dir.exists():
         shutil.rmtree(aside)          # the new folder landed; only the cleanup was lost
     else:
@@ -93,8 +96,10 @@ def bakery_written_names(bundle_dir: Path) -> set[str]:
     when there is no readable manifest (then nothing in the folder is known to be ours)."""
     import json
 
+    from bakery.safe_files import MAX_METADATA_BYTES, read_regular
+
     try:
-        manifest = json.loads((Path(bundle_dir) / "manifest.json").read_bytes())
+        manifest = json.loads(read_regular(Path(bundle_dir) / "manifest.json", limit=MAX_METADATA_BYTES))
         listed = {f["name"] for f in manifest["files"]}
     except (OSError, ValueError, RecursionError, TypeError, KeyError):
         return set()
@@ -140,9 +145,43 @@ def make_staging_dir(final_dir: Path) -> Path:
 
     final_dir = Path(final_dir)
     final_dir.parent.mkdir(parents=True, exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix=f".{final_dir.name}.staging-", dir=final_dir.parent))
+    path = Path(tempfile.mkdtemp(prefix=f".{final_dir.name}{STAGING_TAG}{os.getpid()}-", dir=final_dir.parent))
     os.chmod(path, 0o777 & ~_umask())
     return path
+
+
+#: Staging folders are named ``.<final>.staging-<pid>-<random>``: the pid says whose they are.
+STAGING_TAG = ".staging-"
+_STAGING = re.compile(r"^\..+\.staging-(\d+)-[A-Za-z0-9_]+$")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+def stale_staging(parent: Path, final_name: str | None = None) -> list[Path]:
+    """Staging folders in ``parent`` (of ``final_name`` only, if given) whose maker is no
+    longer running: a killed bake's or run's leftovers, safe to remove."""
+    out = []
+    try:
+        children = sorted(Path(parent).iterdir())
+    except OSError:
+        return out
+    for p in children:
+        m = _STAGING.match(p.name)
+        if not m or p.is_symlink() or not p.is_dir():
+            continue
+        if final_name is not None and not p.name.startswith(f".{final_name}{STAGING_TAG}"):
+            continue
+        if int(m.group(1)) != os.getpid() and not _alive(int(m.group(1))):
+            out.append(p)
+    return out
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -157,6 +196,17 @@ def write_atomic(path: Path, data: bytes) -> None:
             os.fchmod(f.fileno(), 0o666 & ~_umask())
             f.write(data)
         os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise name_path(e, path) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def name_path(e: OSError, path: Path) -> OSError:
+    """``e`` with ``path`` as its file name when the failing call gave none (a ``write``
+    that hit a full disk names no file): every file system error names its path."""
+    if e.filename is None:
+        return type(e)(e.errno, e.strerror or str(e), str(path)) if e.errno is not None else e
+    return e

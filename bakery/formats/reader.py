@@ -23,6 +23,7 @@ from bakery.formats.publish import ASIDE_SUFFIX
 from bakery.formats.texture import Texture
 from bakery.formats.weights import DTYPES, WeightsFile, decode_weights
 from bakery.nn.network import NetworkSpec
+from bakery.safe_files import MAX_FILE_BYTES, MAX_METADATA_BYTES, RefusedFile, read_regular
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _TYPES = {"schema_version": int, "bakery_version": str, "stage": dict, "params": dict, "seed": int,
@@ -46,6 +47,8 @@ class Bundle:
     files: dict[str, bytes] = field(repr=False)
     networks: dict[str, tuple[NetworkSpec, WeightsFile]] = field(default_factory=dict)
     textures: dict[str, Texture] = field(default_factory=dict)
+    #: The checked ``ntc`` object of an NTC bundle (bakery.formats.ntc_manifest.NtcRecord).
+    ntc: object | None = None
 
     def _main(self) -> tuple[NetworkSpec, WeightsFile] | tuple[None, None]:
         if DEFAULT_NETWORK in self.networks:
@@ -125,10 +128,17 @@ def _check_file_entries(entries: list, where: str) -> dict[str, dict]:
 
 def _read_listed_file(folder: Path, entry: dict) -> bytes:
     path = folder / entry["name"]
+    if entry["bytes"] > MAX_FILE_BYTES:
+        raise BundleError(f"manifest says {entry['bytes']} bytes, more than the {MAX_FILE_BYTES} a bundle file may hold",
+                          where=str(path))
     try:
-        data = path.read_bytes()
+        data = read_regular(path, limit=entry["bytes"], beneath=folder)
     except FileNotFoundError:
         raise BundleError("listed in the manifest but missing", where=str(path)) from None
+    except RefusedFile as e:
+        if "more than" in e.why or "grew past" in e.why:
+            raise BundleError(f"larger than the {entry['bytes']} bytes the manifest says", where=str(path)) from None
+        raise BundleError(e.why, where=e.path) from None
     except OSError as e:
         raise BundleError(f"cannot read ({e.strerror or type(e).__name__})", where=str(path)) from None
     if len(data) != entry["bytes"]:
@@ -226,9 +236,11 @@ def read_bundle(path: str | Path) -> Bundle:
     folder = Path(path)
     where = str(folder / MANIFEST_NAME)
     try:
-        raw = (folder / MANIFEST_NAME).read_bytes()
+        raw = read_regular(folder / MANIFEST_NAME, limit=MAX_METADATA_BYTES)
     except FileNotFoundError:
         raise BundleError("not a bundle: manifest.json not found", where=str(folder)) from None
+    except RefusedFile as e:
+        raise BundleError(e.why, where=e.path) from None
     except OSError as e:
         raise BundleError(f"cannot read ({e.strerror or type(e).__name__})", where=where) from None
     try:
@@ -249,6 +261,11 @@ def read_bundle(path: str | Path) -> Bundle:
         raise BundleError("manifest 'textures' should be an object", where=where)
     for name, record in textures.items():
         bundle.textures[name] = _load_texture(folder, name, record, files, where)
+    if "ntc" in manifest:
+        from bakery.formats.ntc_manifest import check_ntc
+
+        spec = bundle.network
+        bundle.ntc = check_ntc(manifest["ntc"], set(files), where, spec.layers[-1].n_out if spec else None)
     return bundle
 
 

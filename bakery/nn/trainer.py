@@ -220,9 +220,10 @@ class Trainer:
                     self._record_step(enc)
 
             submitted = self.device.submit(record)
-            if pending is not None and progress is not None:
-                self.device.spy.wait_for_submit(pending[0])
-                progress.update(pending[1])
+            if pending is not None:  # one command buffer in flight: the watchdog times each
+                self.device.wait_for(pending[0])
+                if progress is not None:
+                    progress.update(pending[1])
             pending = (submitted, chunk)
         self.device.wait()
         if pending is not None and progress is not None:

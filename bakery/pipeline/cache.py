@@ -31,13 +31,22 @@ from typing import Any, Callable
 import bakery
 from bakery.formats import canonical_json
 from bakery.pipeline.safety import well_formed_record, well_formed_sums
+from bakery.safe_files import MAX_METADATA_BYTES, is_regular, read_regular
+
+#: What :meth:`Cache.sums` returns for a sums.json that exists but cannot be parsed (cut
+#: short by a full disk, a FIFO, garbage): the entry is corrupt, not missing.
+CORRUPT_SUMS = "corrupt"
 
 _CHUNK = 1 << 20
 
 
 def sha256_file(path: Path) -> str:
+    """The file's sha256, read as a regular file only (a FIFO or a link planted in the
+    cache or out/ is refused with :class:`bakery.safe_files.RefusedFile`, never waited on)."""
+    from bakery.safe_files import open_regular
+
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         while chunk := f.read(_CHUNK):
             h.update(chunk)
     return h.hexdigest()
@@ -144,8 +153,8 @@ class Cache:
 
     def read_record(self, stage: str, asset: str) -> dict | None:
         try:
-            record = json.loads(self.record_path(stage, asset).read_text())
-        except (OSError, ValueError):
+            record = json.loads(read_regular(self.record_path(stage, asset), limit=MAX_METADATA_BYTES))
+        except (OSError, ValueError, RecursionError):
             return None
         return record if well_formed_record(record) else None
 
@@ -158,23 +167,33 @@ class Cache:
 
     def sums(self, key: str) -> dict | None:
         try:
-            return json.loads((self.entry_dir(key) / "sums.json").read_text())
-        except (OSError, ValueError):
+            return json.loads(read_regular(self.entry_dir(key) / "sums.json", limit=MAX_METADATA_BYTES))
+        except FileNotFoundError:
             return None
+        except (OSError, ValueError, RecursionError):
+            return CORRUPT_SUMS
 
     def check(self, key: str) -> EntryCheck:
         """Verifies every file of the entry against its recorded size and sha256."""
+        entry, bundle = self.entry_dir(key), self.bundle_dir(key)
+        if entry.is_symlink() or (entry.exists() and not entry.is_dir()):
+            return EntryCheck("corrupt", "the entry is not a folder")
         sums = self.sums(key)
-        bundle = self.bundle_dir(key)
         if sums is None or not bundle.is_dir():
             return EntryCheck("missing")
+        if sums is CORRUPT_SUMS:
+            return EntryCheck("corrupt", "sums.json is unreadable or cut short")
         if not well_formed_sums(sums):
             return EntryCheck("corrupt", "sums.json is malformed")
         for rel, (size, digest) in sums.items():
             p = bundle / rel
-            if not p.is_file():
-                return EntryCheck("corrupt", f"{rel} is missing")
-            if p.stat().st_size != size or sha256_file(p) != digest:
+            if not is_regular(p) or any(q.is_symlink() for q in p.parents if q.is_relative_to(bundle)):
+                return EntryCheck("corrupt", f"{rel} is missing or not a regular file")
+            try:
+                same = p.stat().st_size == size and sha256_file(p) == digest
+            except OSError:
+                same = False
+            if not same:
                 return EntryCheck("corrupt", f"{rel} checksum mismatch")
         extra = sorted(set(tree_sums_names(bundle)) - set(sums))
         if extra:
@@ -207,7 +226,7 @@ class Cache:
                     os.rename(staging, final)  # fails when ``final`` exists (non-empty)
                     return sums
                 except OSError as e:
-                    if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    if e.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
                         raise
                 if self.check(key).state == "ok":
                     return self.sums(key) or sums  # another writer won; theirs stays
@@ -220,6 +239,9 @@ class Cache:
         from bakery.formats.publish import make_staging_dir
 
         final = self.entry_dir(key)
+        if final.is_symlink() or (final.exists() and not final.is_dir()):
+            final.unlink(missing_ok=True)  # a file or link where an entry belongs (entries/ is bakery's)
+            return
         doomed = make_staging_dir(final)
         try:
             os.replace(final, doomed)  # ``doomed`` is empty, so this rename may replace it
@@ -232,7 +254,8 @@ class Cache:
 
 
 def tree_sums_names(root: Path) -> list[str]:
-    return [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
+    """Every non-folder below ``root`` (links and FIFOs included: they are never bakery's)."""
+    return [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_symlink() or not p.is_dir()]
 
 
 def output_matches(out_dir: Path, sums: dict) -> bool:
@@ -243,6 +266,9 @@ def output_matches(out_dir: Path, sums: dict) -> bool:
         return False
     for rel, (size, digest) in sums.items():
         p = out_dir / rel
-        if p.stat().st_size != size or sha256_file(p) != digest:
+        try:
+            if not is_regular(p) or p.stat().st_size != size or sha256_file(p) != digest:
+                return False
+        except OSError:
             return False
     return True

@@ -20,9 +20,10 @@ from bakery.pipeline.config import ConfigError, display_path, load_pipeline, loa
 from bakery.pipeline.executor import ALL_STAGES, BakeOptions, bake
 from bakery.pipeline.html_report import HTML_REPORT_NAME
 from bakery.pipeline.lock import LOCK_NAME, OutputLock
-from bakery.pipeline.safety import clean_cache, clean_output, filesystem_error, sigterm_as_interrupt
+from bakery.pipeline.safety import (clean_cache, clean_output, exit_code_of, filesystem_error,
+                                    sigterm_as_interrupt)
 
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # SIGINT; SIGTERM exits 143 (128 + the signal)
 EXIT_WOULD_BUILD = 3
 
 
@@ -128,9 +129,9 @@ def bake_cmd(pipeline, force, only, assets, changed, changed_from, dry_run, fail
         _fail(e)
     except OSError as e:  # read-only or full output folder, unwritable --report: one line
         _fail(filesystem_error(e))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         click.echo("interrupted: finished outputs are kept; the next bake resumes from the cache", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        sys.exit(exit_code_of(e))
     for note in result.notes:
         log.warning("%s", note)
     if as_json:

@@ -28,9 +28,10 @@ RUNNERS = ("local", "ray")
 STAGE_REF = "stage:"
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _GLOB_CHARS = set("*?[")
-_PROJECT_KEYS = {"name", "out", "cache", "device", "seed", "plugins", "runner", "normal_convention"}
+_PROJECT_KEYS = {"name", "out", "cache", "device", "seed", "plugins", "runner", "normal_convention",
+                 "dispatch_timeout"}
 _ASSET_KEYS = ("material", "description", "channels", "normal_convention")
-_STAGE_KEYS = {"type", "inputs", "params", "seed", "description", "require"}
+_STAGE_KEYS = {"type", "inputs", "params", "seed", "description", "require", "dispatch_timeout"}
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class StageDecl:
     params: dict[str, Any]
     seed: int
     require: list = field(default_factory=list)  # bakery.pipeline.gates.Gate
+    dispatch_timeout: float | None = None  # seconds; None: the project's
 
     @property
     def upstream(self) -> list[str]:
@@ -71,6 +73,7 @@ class Pipeline:
     seed: int
     plugins: list[str]
     runner: str = "local"      # local | ray (``bakery bake --runner`` overrides it)
+    dispatch_timeout: float = 600.0  # seconds one device submission may run (bakery.device)
     assets: dict[str, list[Asset]] = field(default_factory=dict)
     stages: dict[str, StageDecl] = field(default_factory=dict)
     source: SourceMap | None = None
@@ -128,6 +131,17 @@ def _expect(c: _Collector, key: str, value: Any, types: type | tuple, what: str)
     if not ok:
         c.add(key, f"expected {what}, got {value!r}")
     return ok
+
+
+def _timeout(c: _Collector, key: str, value: Any) -> float | None:
+    """A ``dispatch_timeout``: seconds, finite, in (0, 1e6]."""
+    import math
+
+    if _expect(c, key, value, (int, float), "a number of seconds"):
+        if math.isfinite(value) and 0 < value <= 1e6:
+            return float(value)
+        c.add(key, f"{value!r} is out of range (allowed seconds in (0, 1e6], default 600)")
+    return None
 
 
 def _parse(path: Path) -> tuple[dict, SourceMap]:
@@ -208,6 +222,7 @@ def load_pipeline(path: str | Path) -> Pipeline:
     seed = proj.get("seed", 0)
     if _expect(c, "project.seed", seed, int, "an integer") and seed < 0:
         c.add("project.seed", f"{seed} is out of range (allowed int >= 0, default 0)")
+    dispatch_timeout = _timeout(c, "project.dispatch_timeout", proj.get("dispatch_timeout", 600.0))
     plugins = proj.get("plugins", [])
     if not (isinstance(plugins, list) and all(isinstance(x, str) for x in plugins)):
         c.add("project.plugins", "expected a list of module names")
@@ -217,7 +232,7 @@ def load_pipeline(path: str | Path) -> Pipeline:
     pipe = Pipeline(path=path, root=root, name=str(name), out=out or root / "out",
                     cache=cache or root / ".bakery-cache", device=str(device),
                     seed=seed if isinstance(seed, int) else 0, plugins=plugins, source=source,
-                    runner=runner if runner in RUNNERS else "local")
+                    runner=runner if runner in RUNNERS else "local", dispatch_timeout=dispatch_timeout or 600.0)
     convention = proj.get("normal_convention")
     if convention is not None and convention not in NORMAL_CONVENTIONS:
         c.add("project.normal_convention", f"expected one of {', '.join(NORMAL_CONVENTIONS)}, got {convention!r}")
@@ -247,6 +262,8 @@ def _import_plugins(root: Path, plugins: list[str], c: _Collector) -> None:
             importlib.import_module(mod)
         except Exception as e:  # noqa: BLE001 - any import failure is a config problem
             c.add("project.plugins", f"cannot import plugin {mod!r} ({type(e).__name__}: {e})")
+        except SystemExit as e:  # a plugin that calls sys.exit() at import must not end the bake "successfully"
+            c.add("project.plugins", f"plugin {mod!r} exited while being imported (exit code {e.code!r})")
 
 
 def asset_roles() -> tuple[str, ...]:
@@ -401,6 +418,10 @@ def _source_paths(assets: dict[str, list[Asset]], doc: dict) -> list[Path]:
 def _check_unique(insts: list[Asset], c: _Collector, key: str) -> None:
     seen = set()
     for a in insts:
+        part = a.name.split("/", 1)[-1]
+        if part in ("", ".", "..") or any(ord(ch) < 32 or ord(ch) == 127 for ch in part):
+            c.add(key, f"a match gives the asset name {a.name!r}, which cannot name an output folder; rename "
+                       "the file or folder")
         if a.name in seen:
             c.add(key, f"two matches give the same asset name {a.name!r}; rename one")
         seen.add(a.name)
@@ -445,6 +466,7 @@ def _load_stages(table: Any, pipe: Pipeline, declared_assets: set[str], c: _Coll
                 c.add_usage(e)
         require = parse_require(decl["require"], f"{key}.require", c.add, c.where) if "require" in decl else []
         _check_gates(c, f"{key}.require", require, stage_cls)
+        timeout = _timeout(c, f"{key}.dispatch_timeout", decl["dispatch_timeout"]) if "dispatch_timeout" in decl else None
         seed = decl.get("seed", pipe.seed)
         if _expect(c, f"{key}.seed", seed, int, "an integer") and seed < 0:
             c.add(f"{key}.seed", f"{seed} is out of range (allowed int >= 0, default {pipe.seed})")
@@ -462,6 +484,10 @@ def _load_stages(table: Any, pipe: Pipeline, declared_assets: set[str], c: _Coll
                 if up not in table:
                     c.add(f"{key}.inputs", f"unknown stage {up!r} in {i!r}{did_you_mean(up, table)} (stages: {', '.join(table)})")
                     ok = False
+                elif not stage_cls.reads_bundles:
+                    c.add(f"{key}.inputs", f"{i!r}: stage type {type_name!r} reads source files "
+                                            f"({', '.join(stage_cls.input_roles)}), not another stage's bundle")
+                    ok = False
             elif i not in pipe.assets:
                 if i not in declared_assets:  # a declared but broken asset is reported already
                     known = ", ".join(sorted(declared_assets)) or "none"
@@ -476,5 +502,5 @@ def _load_stages(table: Any, pipe: Pipeline, declared_assets: set[str], c: _Coll
                         ok = False
                         break
         if ok and params is not None and isinstance(seed, int):
-            stages[name] = StageDecl(name, type_name, stage_cls, inputs, params, seed, require)
+            stages[name] = StageDecl(name, type_name, stage_cls, inputs, params, seed, require, timeout)
     return stages

@@ -203,10 +203,14 @@ class DagRunner:
     def _write_log(self, spec: TaskSpec, text: str) -> Path | None:
         if self.log_dir is None:
             return None
+        from bakery.safe_files import open_new_for_write, refuse_links
+
         path = self.log_dir / spec.stage / f"{spec.asset}.log"
         try:
+            refuse_links(self.log_dir, path.parent)
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
+            with open(open_new_for_write(path, root=self.log_dir), "w", encoding="utf-8") as f:
+                f.write(text)
         except OSError as e:
             self.log.warning("%s: cannot write its log: %s", spec.id, e)
             return None

@@ -24,6 +24,7 @@ from bakery.pipeline.gates import first_failure
 from bakery.pipeline.graph import build_tasks, source_files
 from bakery.pipeline.html_report import HTML_REPORT_NAME, task_dirs, write_html_report
 from bakery.pipeline.lock import OutputLock
+from bakery.pipeline.ownership import claim_bake_folders
 from bakery.pipeline.planner import PlanOptions, plan
 from bakery.progress import BakeCount, StageProgress
 from bakery.pipeline.report import BakeReport, TaskOutcome
@@ -59,17 +60,19 @@ class BakeOptions:
 
 
 def sweep_staging(*roots: Path) -> int:
-    """Removes hidden staging folders left by a killed bake (only ever garbage) and
-    finishes any publish a crash interrupted between its two renames."""
-    from bakery.formats.publish import ASIDE_SUFFIX, recover
+    """Removes the staging folders killed bakes left (named with their maker's pid, which
+    is no longer running: only ever garbage) and finishes any publish a crash interrupted
+    between its two renames. Folders of a person's that merely look alike stay."""
+    from bakery.formats.publish import ASIDE_SUFFIX, recover, stale_staging
 
     n = 0
     for root in roots:
-        if root.is_dir():
+        if root.is_dir() and not root.is_symlink():
             for p in sorted(root.rglob(f"*{ASIDE_SUFFIX}")):
                 recover(p.with_name(p.name[:-len(ASIDE_SUFFIX)]))
-            for p in sorted(root.rglob(".*.staging-*"), reverse=True):
-                if p.is_dir():
+            parents = {root} | {p.parent for p in root.rglob(".*.staging-*")}
+            for parent in sorted(parents, key=lambda p: len(p.parts), reverse=True):
+                for p in stale_staging(parent):
                     shutil.rmtree(p, ignore_errors=True)
                     n += 1
     return n
@@ -124,6 +127,7 @@ class Executor:
             return report
         check_report_target(self.opts.report)
         with OutputLock(self.pipe.out, wait=self.opts.wait, say=self.log.warning):
+            claim_bake_folders(self.pipe.out, self.pipe.cache, self.pipe.stages)
             forget_report(self.pipe.out / REPORT_NAME, self.pipe.out / HTML_REPORT_NAME, self.opts.report)
             swept = sweep_staging(self.pipe.out, self.cache.root / "entries")
             if swept:
@@ -337,7 +341,9 @@ class Executor:
     def _materialize(self, bundle: Path, out_dir: Path) -> None:
         """Copies a sealed entry into the output folder with an atomic replace."""
         from bakery.formats.bundle import atomic_publish
+        from bakery.safe_files import refuse_links
 
+        refuse_links(self.pipe.out, out_dir)  # a link planted at out/<stage>: never published through
         staging = staging_dir_for(out_dir)
         try:
             shutil.copytree(bundle, staging, dirs_exist_ok=True)
@@ -358,9 +364,11 @@ def _pipeline_hint(value: str) -> str:
 def _read_manifest(bundle: Path) -> dict:
     import json
 
+    from bakery.safe_files import MAX_METADATA_BYTES, read_regular
+
     try:
-        manifest = json.loads((bundle / "manifest.json").read_text())
-    except (OSError, ValueError):
+        manifest = json.loads(read_regular(bundle / "manifest.json", limit=MAX_METADATA_BYTES))
+    except (OSError, ValueError, RecursionError):
         return {}
     return manifest if isinstance(manifest, dict) else {}
 

@@ -68,8 +68,10 @@ def write_html_report(report: BakeReport, out_dirs: dict[str, Any], path: Path,
 def render(report: BakeReport, out_dirs: dict[str, Any], memo: Path | None = None, root: Path | None = None) -> str:
     t = report.totals()
     dev = report.device or {}
+    from bakery.pipeline.ownership import HTML_REPORT_HEAD  # how clean and bakes recognise it as bakery's
+
     losses = [o for o in report.tasks if o.verdict and not o.verdict.get("wins", True)]
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>bakery report: {e(report.pipeline)}"
+    parts = [f"{HTML_REPORT_HEAD}{e(report.pipeline)}"
              f"</title><style>{_CSS}</style></head><body>",
              f"<h1>Bake of {e(report.pipeline)}</h1>",
              f"<p>{t['total']} tasks: {t['built']} built, {t['cached']} cached, {t['failed']} failed, "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Callable
@@ -18,6 +19,7 @@ from bakery.errors import UsageError
 
 
 LOCK_NAME = ".bakery.lock"
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 class LockBusy(UsageError):
@@ -40,14 +42,22 @@ class OutputLock:
 
     def _holder(self) -> str:
         try:
-            pid = self.path.read_text().strip()
+            from bakery.safe_files import read_regular
+
+            pid = read_regular(self.path, limit=64).decode(errors="replace").strip()
             return f" (pid {pid})" if pid else ""
         except OSError:
             return ""
 
     def __enter__(self) -> "OutputLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | _NOFOLLOW, 0o644) \
+            if not self.path.is_symlink() else None
+        if fd is None or not stat.S_ISREG(os.fstat(fd).st_mode):
+            if fd is not None:
+                os.close(fd)
+            raise UsageError("is a symbolic link or not a regular file; bakery writes its lock only into a file of its own "
+                             "(remove it)", where=str(self.path))
         told = False
         while True:
             try:

@@ -84,7 +84,8 @@ def _plan_one(pipe: Pipeline, t: Task, planned: dict[str, TaskSpec], kind: str,
     common = dict(id=t.id, stage=t.stage.name, stage_type=cls.type_name, asset=t.asset,
                   settings=settings.to_dict() if settings is not None else {}, seed=t.stage.seed, deps=tuple(t.deps),
                   out_dir=str(t.out_dir(pipe.out).absolute()), device=kind if cls.uses_device else None,
-                  plugins=tuple(pipe.plugins), plugin_root=str(pipe.root))
+                  plugins=tuple(pipe.plugins), plugin_root=str(pipe.root),
+                  dispatch_timeout=t.stage.dispatch_timeout or pipe.dispatch_timeout)
     inputs = []
     for inp in t.inputs:
         if inp.upstream is not None:

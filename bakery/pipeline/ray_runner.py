@@ -111,8 +111,17 @@ class RayBackend:
         if not ray.is_initialized():
             if self.address is None:
                 private_cluster_env()
-            ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
-                     logging_level="WARNING")
+            _reachable(self.address)
+            handlers = _signal_handlers()
+            try:
+                ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
+                         logging_level="WARNING")
+            except Exception as e:  # noqa: BLE001 - no cluster there, ray[client] missing: one line
+                first = (str(e).strip().splitlines() or [""])[0]
+                raise UsageError(f"cannot join the Ray cluster at {self.address or 'a local cluster'} "
+                                 f"({type(e).__name__}: {first})", key="--address") from None
+            finally:
+                _restore(handlers)  # Ray's own SIGTERM handler dumps stacks; bakery's ends the bake (143)
             self._started_ray = True
         self._ray = ray
         gpus = int(ray.cluster_resources().get("GPU", 0))
@@ -170,3 +179,37 @@ class RayBackend:
             self.actors, self._idle = [], []
             if self._started_ray:
                 ray.shutdown()
+
+
+def _signal_handlers() -> dict:
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+
+def _restore(handlers: dict) -> None:
+    import signal
+
+    for s, h in handlers.items():
+        if h is not None and signal.getsignal(s) is not h:
+            signal.signal(s, h)
+
+
+def _reachable(address: str | None, timeout_s: float = 5.0) -> None:
+    """A ``HOST:PORT`` (or ``ray://HOST:PORT``) cluster address answers within seconds, or
+    one line says it does not; Ray itself retries a missing head for minutes."""
+    import socket
+
+    if not address or address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"{address!r} is not auto, HOST:PORT or ray://HOST:PORT", key="--address")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise UsageError(f"no Ray cluster answers at {address} ({e.strerror or type(e).__name__})",
+                         key="--address") from None

@@ -101,7 +101,11 @@ class LocalRunner:
         if dec.corrupt:
             self.log.warning("%s: corrupted cache entry %s (%s); rebuilding", spec.id, spec.key[:12], dec.corrupt)
         yield Event("started", spec.id, reason=dec.reason)
-        log, handler, log_path = self._task_logger(spec)
+        try:
+            log, handler, log_path = self._task_logger(spec)
+        except OSError as e:  # a link planted in out/logs, a full disk: this task fails, in one line
+            return Event("failed", spec.id, error=f"{spec.id}: cannot write its log: {e}", reason=dec.reason,
+                         seconds=time.monotonic() - start)
         try:
             sums = build(spec, self.cache, self.devices, log=log, progress=self.progress(spec), replace=forced)
         except DeviceError:
@@ -119,6 +123,7 @@ class LocalRunner:
             if handler:
                 log.removeHandler(handler)
                 handler.close()
+                handler.stream.close()
         return Event("built", spec.id, reason=dec.reason, sums=sums, seconds=time.monotonic() - start,
                      log=log_path)
 
@@ -128,9 +133,12 @@ class LocalRunner:
             log.addFilter(NamesTask(spec.id, spec.asset))
         if self.log_dir is None:
             return log, None, None
+        from bakery.safe_files import open_new_for_write, refuse_links
+
         path = self.log_dir / spec.stage / f"{spec.asset}.log"
+        refuse_links(self.log_dir, path.parent)
         path.parent.mkdir(parents=True, exist_ok=True)
-        h = logging.FileHandler(path, mode="w", encoding="utf-8")
+        h = logging.StreamHandler(open(open_new_for_write(path, root=self.log_dir), "w", encoding="utf-8"))
         h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         log.addHandler(h)
         log.setLevel(logging.DEBUG)

@@ -106,8 +106,10 @@ def declared_asset_paths(table: Any, root: Path, generated: Iterable[Path]) -> l
 def is_bundle(folder: Path) -> bool:
     """True when ``folder`` holds a manifest.json that bakery wrote (a JSON object with
     its schema and file list): the only kind of non-empty folder bakery may replace."""
+    from bakery.safe_files import MAX_METADATA_BYTES, read_regular
+
     try:
-        manifest = json.loads((Path(folder) / MANIFEST_NAME).read_bytes())
+        manifest = json.loads(read_regular(Path(folder) / MANIFEST_NAME, limit=MAX_METADATA_BYTES))
     except (OSError, ValueError, RecursionError):
         return False
     return (isinstance(manifest, dict) and "schema_version" in manifest and "bakery_version" in manifest
@@ -118,6 +120,9 @@ def check_bundle_target(out_dir: Path, *, key: str = "-o") -> None:
     """Refuses to publish over an existing folder that is neither empty nor a bundle
     (``-o .``, the folder holding the inputs): publishing replaces the whole folder."""
     out_dir = Path(out_dir)
+    if out_dir.is_symlink():
+        raise UsageError("is a symbolic link; bakery never publishes through a link it did not make: give the "
+                         "real folder", where=str(out_dir), key=key)
     if not out_dir.is_dir() or is_bundle(out_dir):
         return
     if any(out_dir.iterdir()):
@@ -125,17 +130,93 @@ def check_bundle_target(out_dir: Path, *, key: str = "-o") -> None:
                          "its own bundles: choose a new or empty folder", where=str(out_dir), key=key)
 
 
+# -- bakery decompress -o DIR -----------------------------------------------------------
+#: What ``bakery decompress`` leaves in its output folder: the names it wrote, so a later
+#: decompress into the same folder replaces those and nothing else.
+DECOMPRESS_MARKER = ".bakery-decompress.json"
+
+
+def decompressed_names(folder: Path) -> set[str] | None:
+    """The files an earlier ``bakery decompress`` wrote in ``folder`` (its marker), or None."""
+    from bakery.safe_files import MAX_METADATA_BYTES, read_regular
+
+    try:
+        doc = json.loads(read_regular(Path(folder) / DECOMPRESS_MARKER, limit=MAX_METADATA_BYTES))
+    except (OSError, ValueError, RecursionError):
+        return None
+    names = doc.get("files") if isinstance(doc, dict) and doc.get("written_by") == "bakery decompress" else None
+    if not isinstance(names, list) or not all(isinstance(n, str) and "/" not in n for n in names):
+        return None
+    return set(names)
+
+
+def pipeline_sources_above(folder: Path) -> list[Path]:
+    """Every source asset declared by a pipeline file (``*.toml`` with an ``[assets]``
+    table) in ``folder`` or any folder above it, and those pipeline files: what
+    ``decompress --force`` may never replace."""
+    import tomllib
+
+    found: list[Path] = []
+    for d in [folder, *folder.parents]:
+        try:
+            tomls = sorted(d.glob("*.toml"))
+        except OSError:
+            continue
+        for t in tomls:
+            try:
+                doc = tomllib.loads(t.read_text(encoding="utf-8-sig")) if t.is_file() and t.stat().st_size < (1 << 20) else {}
+            except (OSError, ValueError, UnicodeDecodeError):
+                continue
+            if isinstance(doc.get("assets"), dict):
+                found.append(t.resolve())
+                found += declared_asset_paths(doc["assets"], d.resolve(), [])
+    return found
+
+
+def check_decompress_target(out_dir: Path, names: Iterable[str], *, force: bool) -> None:
+    """``bakery decompress -o DIR``: DIR must be new, empty or written by an earlier
+    decompress (then only its own files are replaced); ``force`` lets it write into any
+    folder but still never replaces a source asset of a pipeline above DIR, nor a link."""
+    out_dir = Path(out_dir)
+    if out_dir.is_symlink():
+        raise UsageError("is a symbolic link; give the real folder", where=str(out_dir), key="-o")
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir():
+        raise UsageError("exists and is not a folder", where=str(out_dir), key="-o")
+    marked = decompressed_names(out_dir)
+    ours = marked or set()
+    clashes = sorted(n for n in names if (out_dir / n).exists() or (out_dir / n).is_symlink())
+    foreign = [n for n in clashes if n not in ours]
+    if not force and marked is None and any(out_dir.iterdir()):
+        raise UsageError("exists and was not written by bakery decompress; choose a new or empty folder, or --force "
+                         "to write into it", where=str(out_dir), key="-o")
+    if not foreign:
+        return
+    if not force:
+        raise UsageError(f"holds files an earlier decompress did not write (e.g. {foreign[0]}); choose a new or "
+                         "empty folder, or --force to replace them", where=str(out_dir), key="-o")
+    sources = pipeline_sources_above(out_dir.resolve())
+    for n in foreign:
+        target = out_dir / n
+        if target.is_symlink() or not target.is_file():
+            raise UsageError("is not a regular file; refusing to replace it even with --force", where=str(target),
+                             key="-o")
+        real = target.resolve()
+        hit = next((p for p in sources if real == p or real.is_relative_to(p)), None)
+        if hit is not None:
+            raise UsageError(f"is a source asset of the pipeline above it ({hit.name}); decompress never replaces "
+                             "one, even with --force", where=str(target), key="-o")
+
+
 # -- --report FILE -----------------------------------------------------------------------
 def check_report_target(path: Path | None) -> None:
     """``--report`` may overwrite a previous bake report, never another file."""
-    if path is None or not Path(path).exists():
+    from bakery.pipeline.ownership import is_bake_report
+
+    if path is None or not (Path(path).exists() or Path(path).is_symlink()):
         return
-    try:
-        doc = json.loads(Path(path).read_bytes())
-        ours = isinstance(doc, dict) and "schema" in doc and "tasks" in doc and "totals" in doc
-    except (OSError, ValueError, RecursionError):
-        ours = False
-    if not ours:
+    if Path(path).is_symlink() or not is_bake_report(Path(path)):
         raise UsageError("exists and is not a bake report; refusing to overwrite it", where=str(path),
                          key="--report")
 
@@ -195,26 +276,92 @@ def filesystem_error(e: OSError) -> FilesystemError:
     return FilesystemError(f"file system error: {what}", where=where)
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM, raised in the main thread; ``exit_code`` is 128 + the signal
+    (130 for Ctrl-C, 143 for SIGTERM), the shells' convention CI systems read."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+
+#: Seconds a bake has after a signal to clean up and write its report before the process
+#: ends anyway (a driver call that does not return cannot run Python's handlers).
+SIGNAL_GRACE_S = 10.0
+
+
+#: The last SIGINT/SIGTERM the handler saw: a library that catches the interrupt and
+#: raises a KeyboardInterrupt of its own (Ray's ``ray.get``) must not turn 143 into 130.
+_last_signal: list[int] = []
+
+
+def exit_code_of(e: BaseException) -> int:
+    if isinstance(e, Interrupted):
+        return e.exit_code
+    return 128 + _last_signal[-1] if _last_signal else 130
+
+
 @contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (what CI sends when it cancels a job) ends a bake like Ctrl-C: staging
-    folders removed, the report written, exit 130. SIGINT does so even where the bake was
-    started with SIGINT ignored (a script's `bakery bake &` inherits SIG_IGN, so a later
-    `kill -INT` from the hook would otherwise do nothing)."""
+def sigterm_as_interrupt(grace_s: float | None = None) -> Iterator[None]:
+    """SIGINT and SIGTERM (what CI sends when it cancels a job) end a bake like Ctrl-C:
+    staging folders removed, the report written, exit 130 or 143. SIGINT does so even where
+    the bake was started with SIGINT ignored (a script's `bakery bake &` inherits SIG_IGN,
+    so a later `kill -INT` from the hook would otherwise do nothing).
+
+    Python runs signal handlers only between bytecodes; a main thread blocked inside a
+    driver call would never see them. So the signal also wakes a watchdog thread (through
+    ``signal.set_wakeup_fd``, written by the C-level handler), which ends the process with
+    the same exit code if the bake has not stopped within ``grace_s`` seconds. Outputs are
+    published atomically, so stopping there loses nothing; the next bake sweeps the
+    staging folders."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    grace = SIGNAL_GRACE_S if grace_s is None else grace_s
+    done = threading.Event()
 
     def interrupt(signum, frame):
-        raise KeyboardInterrupt
+        _last_signal.append(signum)
+        raise Interrupted(signum)
+
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+
+    def watchdog():
+        sig = 0
+        while sig not in (signal.SIGINT, signal.SIGTERM):
+            try:
+                data = os.read(read_fd, 1)
+            except OSError:
+                return
+            if not data or done.is_set():
+                return
+            sig = data[0]
+        if not done.wait(grace):
+            try:
+                os.write(2, f"interrupted: the bake did not stop within {grace:g} s of "
+                            f"{signal.Signals(sig).name} (a device call that does not return); exiting; "
+                            "finished outputs are kept\n".encode())
+            except (OSError, ValueError):
+                pass
+            os._exit(128 + sig)
 
     previous_term = signal.signal(signal.SIGTERM, interrupt)
-    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    previous_int = signal.signal(signal.SIGINT, interrupt)
+    previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    thread = threading.Thread(target=watchdog, name="bakery-signal-watchdog", daemon=True)
+    thread.start()
     try:
         yield
     finally:
+        done.set()
+        signal.set_wakeup_fd(previous_fd)
         signal.signal(signal.SIGTERM, previous_term)
         signal.signal(signal.SIGINT, previous_int)
+        os.close(write_fd)  # the watchdog's read returns b"" and it ends
+        thread.join(timeout=1.0)
+        os.close(read_fd)
 
 
 # -- bakery clean ----------------------------------------------------------------------
@@ -230,28 +377,48 @@ def _remove(p: Path) -> None:
     shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
 
 
-def _prune_empty(root: Path) -> None:
-    """Removes folders below ``root`` left empty (deepest first); ``root`` stays."""
-    for d in sorted((p for p in root.rglob("*") if p.is_dir() and not p.is_symlink()),
-                    key=lambda p: len(p.parts), reverse=True):
-        if not any(d.iterdir()):
-            d.rmdir()
+def _prune_emptied(root: Path, removed: Iterable[Path]) -> None:
+    """Removes the folders below ``root`` that only held what clean removed (deepest
+    first); folders a person made empty, and ``root``, stay."""
+    candidates = set()
+    for p in removed:
+        for parent in p.parents:
+            if parent == root or not parent.is_relative_to(root):
+                break
+            candidates.add(parent)
+    for d in sorted(candidates, key=lambda p: len(p.parts), reverse=True):
+        try:
+            if d.is_dir() and not d.is_symlink() and not any(d.iterdir()):
+                d.rmdir()
+        except OSError:
+            pass
 
 
 def _is_leftover(p: Path) -> bool:
-    from bakery.formats.publish import ASIDE_SUFFIX
+    from bakery.formats.publish import ASIDE_SUFFIX, stale_staging
 
-    return p.is_dir() and (".staging-" in p.name and p.name.startswith(".") or p.name.endswith(ASIDE_SUFFIX))
+    if p.is_symlink() or not p.is_dir():
+        return False
+    return p in stale_staging(p.parent) or (p.name.endswith(ASIDE_SUFFIX) and is_bundle(p))
+
+
+def _ours_at_top(p: Path) -> bool:
+    from bakery.pipeline.ownership import is_bake_report, is_html_report
+
+    return (p.name == OUT_FILES[0] and is_bake_report(p)) or (p.name == OUT_FILES[1] and is_html_report(p))
 
 
 def clean_output(out: Path, keep: Iterable[str] = ()) -> tuple[int, list[Path]]:
-    """Removes what bakery wrote in ``out``: bundle folders (with any engine files inside
-    them), logs, the report and staging leftovers. Everything else stays. Returns
+    """Removes what bakery can prove it wrote in ``out``: bundle folders (with any engine
+    files inside them), the logs in its own ``logs/`` folder, its reports and staging
+    leftovers. Everything else stays, empty folders a person made included. Returns
     ``(entries removed, files kept)``."""
+    from bakery.pipeline.ownership import LEDGER, disown, is_owned
+
     out = Path(out)
-    if not out.is_dir():
+    if not out.is_dir() or out.is_symlink():
         return 0, []
-    removed = 0
+    removed: list[Path] = []
     todo = [p for p in sorted(out.iterdir()) if p.name not in keep]
     while todo:
         p = todo.pop()
@@ -259,26 +426,41 @@ def clean_output(out: Path, keep: Iterable[str] = ()) -> tuple[int, list[Path]]:
             continue  # a link is never ours to follow or remove
         if p.is_dir() and (is_bundle(p) or _is_leftover(p)):
             _remove(p)
-            removed += 1
+            removed.append(p)
+        elif p.is_dir() and p == out / "logs" and is_owned(p):
+            for log in sorted(p.rglob("*.log")):
+                if log.is_file() and not log.is_symlink() and not any(q.is_symlink() for q in log.parents if q.is_relative_to(p)):
+                    log.unlink()
+                    removed.append(log)
+            _prune_emptied(p, removed)
+            if not any(p.iterdir()):
+                p.rmdir()
+                disown(p)
         elif p.is_dir():
             todo.extend(sorted(p.iterdir()))
-        elif (p.parent == out and p.name in OUT_FILES) or (p.suffix == ".log" and p.is_relative_to(out / "logs")):
+        elif p.parent == out and _ours_at_top(p):
             p.unlink()
-            removed += 1
-    _prune_empty(out)
-    kept = [p for p in sorted(out.rglob("*")) if not p.is_dir() and p.name not in keep]
-    return removed, kept
+            removed.append(p)
+    _prune_emptied(out, removed)
+    kept = [p for p in sorted(out.rglob("*")) if not p.is_dir() and p.name not in keep and p != out / LEDGER]
+    return len(removed), kept
 
 
 def clean_cache(cache: Path) -> tuple[int, list[Path]]:
-    """Removes the cache's own parts; the folder goes too when nothing else is in it."""
+    """Removes the cache's own parts (the folders its ledger lists, or an earlier bakery's
+    recognised by their shape); the folder
+    itself goes too when bakery made it and nothing else is in it."""
+    from bakery.pipeline.ownership import is_owned, legacy_cache_part, read_ledger, write_ledger
+
     cache = Path(cache)
-    if not cache.is_dir():
+    if not cache.is_dir() or cache.is_symlink():
         return 0, []
-    doomed = [cache / n for n in CACHE_PARTS if (cache / n).exists() or (cache / n).is_symlink()]
+    doomed = [cache / n for n in CACHE_PARTS if is_owned(cache / n) or legacy_cache_part(cache, n)]
     for p in doomed:
         _remove(p)
+    made_by_us = read_ledger(cache)["made"]
+    write_ledger(cache, {"made": False, "folders": []})
     kept = sorted(cache.rglob("*"))
-    if not kept:
+    if not kept and made_by_us:
         cache.rmdir()
     return len(doomed), [p for p in kept if not p.is_dir()]

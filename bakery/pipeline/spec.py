@@ -46,6 +46,7 @@ class TaskSpec:
     plugins: tuple[str, ...] = ()  # modules to import for studio stages
     plugin_root: str = ""      # folder those modules are imported from
     error: str = ""            # why planning this task failed (unreadable input, ...)
+    dispatch_timeout: float = 600.0  # seconds one device submission may run (not in the key)
 
     def to_dict(self) -> dict:
         return asdict(self)

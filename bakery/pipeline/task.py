@@ -78,10 +78,17 @@ def run_task(stage_cls: type[Stage], inputs: Sequence[StageInput], settings: Set
     from bakery.formats.bundle import BundleWriter, atomic_publish, symbol_prefix
 
     out_dir = Path(out_dir).absolute()
+    if out_dir.is_symlink():
+        raise UsageError("is a symbolic link; bakery never publishes through a link it did not make",
+                         where=str(out_dir), key="out")
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError("exists and is not a folder; bundles are folders", where=str(out_dir), key="out")
     if not out_dir.name or out_dir == out_dir.parent:
         raise UsageError("not a usable bundle folder", where=str(out_dir), key="out")
+    from bakery.formats.publish import stale_staging
+
+    for stale in stale_staging(out_dir.parent, out_dir.name):  # a killed earlier run's
+        shutil.rmtree(stale, ignore_errors=True)
     staging = staging_dir_for(out_dir)
     automatic = stage_cls.presets is not None
     tracker = _TrackingDeviceProvider(device_provider, settings, automatic)

@@ -42,6 +42,12 @@ class DevicePool:
 
                 pin = {"gpu_uuid": self.gpu_uuid} if self.gpu_uuid else {}
                 dev = self.opened[spec.device] = open_device(spec.device, cache_dir=self.cache_dir, **pin)
+            if getattr(dev, "wedged", False):
+                from bakery.device import DispatchTimeout
+
+                raise DispatchTimeout("the device is still running a dispatch that exceeded its time limit; "
+                                      "re-run the bake", where=spec.id)
+            dev.dispatch_timeout = spec.dispatch_timeout
             if spec.device_class and dev.device_class != spec.device_class:
                 # The key was computed for another device: building would cache a lie.
                 raise DeviceError(f"opened {dev.device_class!r} but the bake was planned for "
@@ -65,7 +71,10 @@ def import_plugins(spec: TaskSpec) -> None:
     if spec.plugins and spec.plugin_root and spec.plugin_root not in sys.path:
         sys.path.insert(0, spec.plugin_root)
     for mod in spec.plugins:
-        importlib.import_module(mod)
+        try:
+            importlib.import_module(mod)
+        except SystemExit as e:  # a worker must report it, not vanish as if it had crashed
+            raise TaskError(f"plugin {mod!r} exited while being imported (exit code {e.code!r})", where=spec.id) from None
 
 
 def stage_inputs(spec: TaskSpec, cache: Cache) -> list[StageInput]:

@@ -73,17 +73,6 @@ class StageContext:
         return self._device_provider()
 
 
-class StepProgress:
-    """Adapts a trainer's ``update(n)`` to the context's ``progress(done, total=...)``."""
-
-    def __init__(self, ctx: StageContext, total: int):
-        self.ctx, self.total, self.done = ctx, total, 0
-
-    def update(self, n: int) -> None:
-        self.done += n
-        self.ctx.progress(self.done, total=self.total)
-
-
 #: type name -> stage class; filled by :func:`register`, read through ``bakery.stages``.
 REGISTRY: dict[str, type["Stage"]] = {}
 
@@ -108,6 +97,10 @@ class Stage:
     #: With several declared inputs, False runs one task per asset of each input (a
     #: union); True joins them by asset name, one task getting one input from each.
     joins_inputs: ClassVar[bool] = False
+    #: Whether the stage reads another stage's bundle (a ``"stage:NAME"`` input,
+    #: ``StageInput.bundle``); a pipeline feeding one to a stage that does not is refused
+    #: at validation rather than failing every task.
+    reads_bundles: ClassVar[bool] = False
     #: Whether the stage needs a GPU device at all (cache key includes the device class).
     uses_device: ClassVar[bool] = True
     #: What a studio would ship instead of this stage's result, measured in the same run

@@ -30,6 +30,7 @@ class MipMaterial:
     roughness_given: bool   # False: the constant from the parameter
     renormalised: int = 0   # normal texels that were off unit length (renormalised)
     ao: np.ndarray | None = None  # [H, W, 1] when given (packed into engine layouts' ORM/mask maps)
+    notes: tuple[str, ...] = ()   # what loading chose for the user (bakery.materials.Textures.notes)
 
     @property
     def size(self) -> tuple[int, int]:
@@ -58,4 +59,4 @@ def load_mip_material(files: Mapping[str, Path], *, roughness: float, albedo: fl
     return MipMaterial(normal=normal.astype(np.float32), roughness=single("roughness", roughness).astype(np.float32),
                        albedo=lin.astype(np.float32), metalness=single("metalness", 0.0).astype(np.float32),
                        roughness_given="roughness" in textures, renormalised=textures.renormalised,
-                       ao=textures["ao"] if "ao" in textures else None)
+                       ao=textures["ao"] if "ao" in textures else None, notes=textures.notes)

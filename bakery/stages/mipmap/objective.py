@@ -227,6 +227,14 @@ class MipFit:
         return {name: [float(e[offs[l - 1]:offs[l]].sum() / (c.count(l) * pairs * 3)) for l in range(1, c.deepest + 1)]
                 for name, e in sse.items()}
 
+    def training_loss(self, step: int, seed: int) -> float:
+        """The loss training minimises (mean squared tone-mapped error over every mip
+        texel) of the chain as trained so far, on the pairs step ``step`` draws: one batch,
+        for progress displays. Reads the parameters back; changes nothing training reads
+        (the next step renders its own reference)."""
+        sse = self.texel_sse({"trained": self.trained()}, self.pairs, seed=seed, stream=0, step=step)["trained"]
+        return float(sse.sum() / (self.chain.mip_texels * self.pairs * 3))
+
     def render(self, chains: dict, pair=(PREVIEW_WI, PREVIEW_WO)) -> tuple[list, dict]:
         """Tone-mapped renders for one light/view pair: (reference per level 1.., {name:
         [render per level 1..]}), each [h, w, 3] in [0, 1] linear display space."""

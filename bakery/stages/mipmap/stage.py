@@ -18,7 +18,8 @@ from bakery.layouts import LAYOUTS
 from bakery.materials import NORMAL_CONVENTIONS
 from bakery.nn.optimizers import Adam
 from bakery.nn.trainer import TrainConfig, Trainer
-from bakery.stages.base import Stage, StageResult, StepProgress, register
+from bakery.progress import TrainingProgress
+from bakery.stages.base import Stage, StageResult, register
 from bakery.stages.params import AUTO, QUALITY, Param, Presets
 from bakery.stages.mipmap.chain import MipChain
 from bakery.stages.mipmap.material import load_mip_material
@@ -88,8 +89,8 @@ class Mipmap(Stage):
         (inp,) = inputs
         material = load_mip_material(dict(inp.files), roughness=params["roughness"], albedo=params["albedo"])
         width, height = material.size
-        if material.renormalised:
-            ctx.log.info("%s: %d normal texel(s) off unit length, renormalised", inp.name, material.renormalised)
+        for note in material.notes:
+            ctx.log.info("%s: %s", inp.name, note)
         if not material.roughness_given:
             ctx.log.info("%s: no roughness map; constant roughness %.3g (param roughness)", inp.name,
                          params["roughness"])
@@ -103,7 +104,9 @@ class Mipmap(Stage):
         config = TrainConfig(steps=settings["steps"], batch=fit.batch, optimizer=Adam(lr=params["lr"]),
                              schedule="cosine", seed=ctx.seed)
         trainer = Trainer(device, None, fit, config)
-        trainer.train(progress=StepProgress(ctx, config.steps))
+        # the loss of the chain so far, read back every few seconds (never per step)
+        trainer.train(progress=TrainingProgress(ctx.progress, config.steps, probe=lambda done: {
+            "step": trainer.step, "loss": fit.training_loss(trainer.step, ctx.seed)}))
 
         chains = {"trained": fit.trained(), **{k: fit.baseline(k) for k in BASELINES}}
         mse = fit.held_out_mse(chains, settings["eval_pairs"])

@@ -19,9 +19,10 @@ from bakery.materials import load_textures, unit_normals
 PARAMS = 8  # albedo rgb, normal xyz, roughness, metalness
 
 
-def material_params(files: dict, *, roughness: float = 0.5, metalness: float = 0.0) -> tuple[np.ndarray, int]:
-    """([H, W, 8] float32 shading parameters, normal texels renormalised) from a material
-    folder's role -> file map."""
+def material_params(files: dict, *, roughness: float = 0.5,
+                    metalness: float = 0.0) -> tuple[np.ndarray, tuple[str, ...]]:
+    """([H, W, 8] float32 shading parameters, the loader's notes for the task log) from a
+    material folder's role -> file map."""
     tex = load_textures(files, roles=("albedo", "normal", "roughness", "metalness"))
     if "albedo" not in tex:
         raise UsageError(f"the material has no albedo texture (roles found: {', '.join(sorted(files)) or 'none'})",
@@ -37,7 +38,7 @@ def material_params(files: dict, *, roughness: float = 0.5, metalness: float = 0
     r = tex["roughness"] if "roughness" in tex else np.full((h, w, 1), roughness, np.float32)
     m = tex["metalness"] if "metalness" in tex else np.full((h, w, 1), metalness, np.float32)
     out = np.concatenate([srgb_to_linear(albedo[..., :3]), n, r, m], axis=-1)
-    return np.ascontiguousarray(out, dtype=np.float32), tex.renormalised
+    return np.ascontiguousarray(out, dtype=np.float32), tex.notes
 
 
 def downsample(params: np.ndarray) -> np.ndarray:

@@ -14,7 +14,7 @@ from bakery.nn.network import NetworkSpec
 from bakery.nn.parameters import make_buffer
 from bakery.nn.stack import NetworkStack
 from bakery.shading.directions import draw_directions
-from bakery.shading.layered import LayerConstants
+from bakery.shading.layered import LayerConstants, layered_brdf_cos
 from bakery.stages.neural_material.material import PARAMS
 
 #: Decoder input encodings of the light/view directions (the stage's ``directions``):
@@ -36,6 +36,8 @@ DISPLAY_LOSS_SCALE = 16.0
 IRRADIANCE = np.pi
 #: Held-out evaluation directions: a fixed seed no training run uses.
 HELD_OUT_SEED = 0x0E7A1
+#: The progress display's loss: samples drawn like a training step's, from this seed.
+PROBE_SEED, PROBE_SAMPLES = 0x9B0BE, 4096
 
 
 def dir_features(directions: str) -> int:
@@ -89,6 +91,18 @@ def training_loss(y: np.ndarray, target: np.ndarray, loss: str) -> float:
     if loss == "display":
         return float(DISPLAY_LOSS_SCALE * np.mean((display_value(np.expm1(y) / OUTPUT_GAIN) - target) ** 2))
     return float(np.mean((y - target) ** 2))
+
+
+def loss_probe(params: np.ndarray, layers: LayerConstants, stack: NetworkStack, loss: str, *,
+               samples: int = PROBE_SAMPLES):
+    """``probe(network params) -> loss``: the training loss of the student on a fixed batch
+    drawn as a step draws it (seed :data:`PROBE_SEED`), on the CPU. The teacher's targets
+    are computed once, so a progress display costs one parameter readback per call."""
+    texel, wi, wo = training_batch(params, layers, PROBE_SEED, 0, samples)
+    m = params.reshape(-1, PARAMS)[texel].astype(np.float64)
+    target = loss_target(layered_brdf_cos(m[:, 0:3], m[:, 3:6], m[:, 6], m[:, 7], layers, wi, wo), loss)
+    directions = stack_directions(stack)
+    return lambda weights: training_loss(student_forward(stack, weights, m, wi, wo, directions), target, loss)
 
 
 def held_out_directions(count: int = 8) -> np.ndarray:

@@ -23,7 +23,7 @@ from bakery.stages.neural_material.evaluate import FLIP_CROP, flip_mean, preview
 from bakery.stages.neural_material.finetune import LatentFinetune, finetune_latents
 from bakery.stages.neural_material.material import mip_chain, material_params
 from bakery.stages.neural_material.objective import (DIRECTIONS, LOSSES, NORMAL_EPS, OUTPUT_GAIN,
-                                                     MaterialDistillation, held_out_directions, make_stack)
+                                                     MaterialDistillation, held_out_directions, loss_probe, make_stack)
 from bakery.stages.neural_material.shader import generate_material_eval, generate_material_eval_webgl
 from bakery.stages.base import Stage, StageResult, register
 from bakery.stages.params import AUTO, QUALITY, Param, Presets
@@ -143,10 +143,9 @@ class NeuralMaterial(Stage):
         layers = LayerConstants(params["coat_weight"], params["coat_roughness"], params["coat_ior"],
                                 params["sheen_weight"], parse_color(params["sheen_color"]), params["sheen_roughness"],
                                 params["coat_quadrature"])
-        base, renormalised = material_params(dict(inp.files), roughness=params["roughness"],
-                                             metalness=params["metalness"])
-        if renormalised:
-            ctx.log.info("%s: %d normal texel(s) off unit length, renormalised", inp.name, renormalised)
+        base, notes = material_params(dict(inp.files), roughness=params["roughness"], metalness=params["metalness"])
+        for note in notes:
+            ctx.log.info("%s: %s", inp.name, note)
         h, w, _ = base.shape
         dclass = params.device_class
         steps, batch = params["steps"], params["batch"]
@@ -158,7 +157,10 @@ class NeuralMaterial(Stage):
                           seed=ctx.seed)
         trainer = Trainer(ctx.device, stack, obj, cfg)
         started = time.perf_counter()
-        trainer.train(progress=TrainingProgress(_with_train_seconds(ctx.progress, started), steps))
+        probe = loss_probe(base, layers, stack, params["loss"])  # read back every few seconds, never per step
+        trainer.train(progress=TrainingProgress(_with_train_seconds(ctx.progress, started), steps,
+                                                probe=lambda done: {"step": trainer.step,
+                                                                    "loss": probe(trainer.params())}))
         # the wall time goes to the log and the progress callback, never the manifest: a
         # bundle stays byte-identical for the same seed (portable backend)
         ctx.log.info("%s: trained %d steps x batch %d in %.2f s (%s, %s)", inp.name, steps, batch,

@@ -48,21 +48,33 @@ def decode_image(grid: LatentGridSpec, levels: list[np.ndarray], spec: NetworkSp
     return out.reshape(h, w, -1).astype(np.float32)
 
 
-def latent_values(bundle_dir: Path, manifest: dict) -> tuple[LatentGridSpec, list[np.ndarray]]:
-    """The latent levels as the GPU sees them (values in [0, 1]), read from the bundle's
-    GPU-resident latent file (packed ``latents.bin`` or BC4 ``latents.dds``)."""
+def latent_values(bundle) -> tuple[LatentGridSpec, list[np.ndarray]]:
+    """The latent levels as the GPU sees them (values in [0, 1]) of a bundle the reader
+    verified (:func:`bakery.formats.reader.read_bundle`), decoded from its GPU-resident
+    latent file (packed ``latents.bin`` or BC4 ``latents.dds``) as already read and
+    hashed: nothing is read from disk again, so no name can reach outside the bundle."""
+    from bakery.formats.errors import BundleError
     from bakery.stages.ntc.packing import unpack
 
-    ntc = manifest["ntc"]
-    grid = LatentGridSpec.from_dict(ntc["latents"])
-    path = Path(bundle_dir) / ntc["files"]["latents"]
+    record = bundle.ntc
+    if record is None:
+        raise BundleError("not an ntc bundle (no 'ntc' object)", where=str(bundle.path / "manifest.json"))
+    grid, name = record.grid, record.latents_file
+    where = str(bundle.path / name)
     if grid.mode == "packed":
         top = float((1 << grid.bits) - 1)
-        return grid, [c.astype(np.float32) / top for c in unpack(grid, path.read_bytes())]
-    from bakery.formats.dds import read_dds
+        try:
+            codes = unpack(grid, bundle.files[name])
+        except ValueError as e:
+            raise BundleError(str(e), where=where) from None
+        return grid, [c.astype(np.float32) / top for c in codes]
     from bakery.stages.ntc.bc4 import decode_plane
 
-    tex = read_dds(path.read_bytes())
+    tex = bundle.textures.get(name)
+    if tex is None or tex.format.name != "bc4_unorm" or tex.layer_count != grid.features \
+            or tex.level_count < len(grid.levels) or (tex.width, tex.height) != grid.levels[0][:2]:
+        raise BundleError(f"is not a BC4 array of {grid.features} layers and {len(grid.levels)} levels of "
+                          f"{grid.levels[0][0]}x{grid.levels[0][1]} (the manifest's latent grid)", where=where)
     levels = []
     for k, (w, h, f) in enumerate(grid.levels):
         planes = [decode_plane(tex.levels[k][i], w, h) for i in range(f)]

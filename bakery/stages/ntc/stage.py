@@ -157,8 +157,8 @@ class NeuralTextureCompression(Stage):
     def run(self, ctx, inputs, params) -> StageResult:
         (inp,) = inputs
         material = load_material(dict(inp.files))
-        if material.renormalised:
-            ctx.log.info("%s: %d normal texel(s) off unit length, renormalised", inp.name, material.renormalised)
+        for note in material.notes:
+            ctx.log.info("%s: %s", inp.name, note)
         h, w, c = material.image.shape
         rate_kw = dict(hidden=params["hidden"], layers=params["layers"], pe_octaves=params["pe_octaves"],
                        bits=params["latent_bits"], mips=params["mips"], mode=params["latents"],

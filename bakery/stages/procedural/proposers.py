@@ -158,8 +158,7 @@ class CommandProposer:
                "mean_colour": [float(x) for x in mean_colour], "ops": list(OPS),
                "best": [program_document(b) for b in best]}
         try:
-            proc = subprocess.run(self.argv, input=json.dumps(req), capture_output=True, text=True,
-                                  timeout=self.timeout)
+            proc = run_in_own_group(self.argv, json.dumps(req), self.timeout)
         except (OSError, subprocess.TimeoutExpired) as e:
             self.log.warning("proposer %r failed (%s); no programs from it this generation", self.argv[0], e)
             return []
@@ -168,6 +167,38 @@ class CommandProposer:
                              proc.stderr.strip().splitlines()[-1:] or "")
             return []
         return parse_proposals(proc.stdout, self.log)
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL when bakery dies, even by SIGKILL (Linux)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def run_in_own_group(argv: list[str], stdin: str, timeout: float) -> subprocess.CompletedProcess:
+    """Runs a command in a process group of its own and kills the whole group (its
+    children too: a model server it forked, a shell's pipeline) when it times out, when
+    bakery is interrupted or fails, or when bakery dies."""
+    import os
+    import signal
+
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=_die_with_parent)
+    try:
+        out, err = proc.communicate(stdin, timeout=timeout)
+        return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # what is left of the group, whatever happened
+        except (ProcessLookupError, PermissionError):
+            pass
+        if proc.poll() is None:
+            proc.wait()
 
 
 def parse_proposals(text: str, log) -> list[Node]:
