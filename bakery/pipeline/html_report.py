@@ -140,7 +140,6 @@ def _browser_row(bundle: Path, root: Path | None) -> str:
     """What the last ``bakery view OUT --snapshot DIR`` computed for this bundle in the
     browser (mip-0 decodes and its view; the other mips are in DIR): the PNGs DIR's index
     lists, regular files only, read through no link."""
-    from bakery.formats.images import load_image
     from bakery.reporting import figure
     from bakery.view.snapshot import browser_snapshot
 
@@ -154,7 +153,7 @@ def _browser_row(bundle: Path, root: Path | None) -> str:
             return ("<p class='snapshot'>the browser snapshot in out/ is of an earlier bundle; "
                     "run <code>bakery view OUT --snapshot DIR</code> again to see this one.</p>")
         shown = [p for p in snap.images if "_mip" not in p.stem]
-        cells = [figure(load_image(p, key="snapshot"), f"in the browser: {p.name}",
+        cells = [figure(snap.read(p), f"in the browser: {p.name}",
                         full=Path(os.path.relpath(p.resolve(), Path(root).resolve())).as_posix()) for p in shown]
         more = len(snap.images) - len(shown)
         note = f" ({more} more mip levels in the snapshot folder)" if more else ""

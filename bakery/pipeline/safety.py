@@ -405,7 +405,10 @@ def _is_leftover(p: Path) -> bool:
 def _ours_at_top(p: Path) -> bool:
     from bakery.pipeline.ownership import is_bake_report, is_html_report
 
-    return (p.name == OUT_FILES[0] and is_bake_report(p)) or (p.name == OUT_FILES[1] and is_html_report(p))
+    from bakery.view.snapshot import is_snapshot_record
+
+    return ((p.name == OUT_FILES[0] and is_bake_report(p)) or (p.name == OUT_FILES[1] and is_html_report(p))
+            or (p.name == OUT_FILES[2] and is_snapshot_record(p)))
 
 
 def clean_output(out: Path, keep: Iterable[str] = ()) -> tuple[int, list[Path]]:

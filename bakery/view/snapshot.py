@@ -223,8 +223,24 @@ class BrowserSnapshot:
     """One bundle's files in the recorded snapshot: ``images`` (regular PNG files under
     DIR/<bundle id>/), and whether the browser drew the bundle now in OUT (``current``)."""
 
+    root: Path
     images: list[Path]
     current: bool
+
+    def read(self, path: Path) -> np.ndarray:
+        """One of ``images`` as float [H, W, C]: a regular file reached through no link
+        below DIR (bakery.safe_files), at most MAX_SIDE a side."""
+        import io
+
+        from PIL import Image
+
+        from bakery.formats.images import MAX_SIDE
+        from bakery.safe_files import read_regular
+
+        with Image.open(io.BytesIO(read_regular(path, beneath=self.root))) as im:
+            if max(im.size) > MAX_SIDE:
+                raise ValueError(f"{path}: {im.width}x{im.height} is larger than bakery reads")
+            return np.asarray(im.convert("RGB"), np.float32) / 255.0
 
 
 @dataclass
@@ -252,30 +268,36 @@ def browser_snapshot(out: Path, bundle: Path) -> BrowserSnapshot | None:
     images = [root / f for f in sorted(names) if _regular_under(root, f)]
     if not images:
         return None
-    manifest = Path(bundle) / "manifest.json"
-    current = (not manifest.is_symlink() and manifest.is_file()
-               and index.bundles.get(bundle_id) == hashlib.sha256(manifest.read_bytes()).hexdigest())
-    return BrowserSnapshot(images, current)
+    manifest = _json_or_bytes(Path(bundle) / "manifest.json", parse=False)
+    current = manifest is not None and index.bundles.get(bundle_id) == hashlib.sha256(manifest).hexdigest()
+    return BrowserSnapshot(root, images, current)
+
+
+def _json_or_bytes(path: Path, *, parse: bool = True):
+    """A small regular file's JSON (or bytes), never through a link; None where it is not one."""
+    from bakery.safe_files import MAX_METADATA_BYTES, read_regular
+
+    try:
+        data = read_regular(path, limit=MAX_METADATA_BYTES)
+        return json.loads(data) if parse else data
+    except (OSError, ValueError):
+        return None
+
+
+def is_snapshot_record(path: Path) -> bool:
+    """``path`` is a record :func:`record_snapshot` wrote (for ``bakery clean``)."""
+    doc = _json_or_bytes(path)
+    return isinstance(doc, dict) and set(doc) == {"snapshot"} and _recorded_dir(path) is not None
 
 
 def _recorded_dir(record: Path) -> str | None:
-    if record.is_symlink() or not record.is_file():
-        return None
-    try:
-        where = json.loads(record.read_bytes()).get("snapshot")
-    except (OSError, ValueError, AttributeError):
-        return None
+    doc = _json_or_bytes(record)
+    where = doc.get("snapshot") if isinstance(doc, dict) else None
     return where if isinstance(where, str) and where else None
 
 
 def _read_index(root: Path) -> _Index:
-    index = root / INDEX_NAME
-    doc = {}
-    if index.is_file() and not index.is_symlink():
-        try:
-            doc = json.loads(index.read_bytes())
-        except (OSError, ValueError):
-            doc = {}
+    doc = _json_or_bytes(root / INDEX_NAME)
     doc = doc if isinstance(doc, dict) else {}
     files, bundles = doc.get("files"), doc.get("bundles")
     files = [f for f in files if isinstance(f, str)] if isinstance(files, list) else []
