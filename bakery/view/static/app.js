@@ -514,7 +514,10 @@ async function viewMipmap(b, el) {
         figure(baseCanvas, `${caption}, level ${level}`));
       wrap.dataset.drawn = shown;
     }
-    wrap.append(h, planes, label, kindLabel, row);
+    const controls = document.createElement('div');
+    controls.className = 'controls';
+    controls.append(label, kindLabel);
+    wrap.append(h, planes, controls, row);
     el.append(wrap);
     await draw();
   }
