@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 import bakery
 from bakery.formats import canonical_json
-from bakery.pipeline.safety import well_formed_record, well_formed_sums
+from bakery.pipeline.cache_records import well_formed_record, well_formed_sums
 from bakery.safe_files import MAX_METADATA_BYTES, is_regular, read_regular
 
 #: What :meth:`Cache.sums` returns for a sums.json that exists but cannot be parsed (cut

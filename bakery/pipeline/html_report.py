@@ -17,10 +17,10 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from bakery.pipeline.ownership import HTML_REPORT_NAME  # the report's file name, re-exported
 from bakery.pipeline.report import BakeReport, TaskOutcome
 from bakery.reporting import BundleView, describe_metric, e, flatten, num
 
-HTML_REPORT_NAME = "report.html"
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }

@@ -113,7 +113,7 @@ def legacy_entries(folder: Path) -> bool:
 
 def legacy_records(folder: Path) -> bool:
     """An unmarked ``records/`` of ``<stage>/<asset>.json`` cache records."""
-    from bakery.pipeline.safety import well_formed_record
+    from bakery.pipeline.cache_records import well_formed_record
 
     files = [p for p in folder.rglob("*") if not p.is_dir() or p.is_symlink()]
     for p in files:
@@ -134,6 +134,7 @@ def is_bake_report(path: Path) -> bool:
     return isinstance(doc, dict) and "schema" in doc and "tasks" in doc and "totals" in doc
 
 
+HTML_REPORT_NAME = "report.html"
 #: How every ``report.html`` bakery writes begins.
 HTML_REPORT_HEAD = "<!doctype html><html><head><meta charset='utf-8'><title>bakery report: "
 
@@ -172,7 +173,6 @@ def claim_bake_folders(out: Path, cache: Path, stages: Iterable[str]) -> None:
     """Before a bake writes anything: bakery's folders in ``out`` and the cache are its
     own (made and marked, or recognised), the reports it replaces are its own, and no
     link leads out of either folder. One :class:`UsageError` line otherwise."""
-    from bakery.pipeline.html_report import HTML_REPORT_NAME
 
     if not cache.exists():
         cache.mkdir(parents=True)
