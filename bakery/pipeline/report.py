@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import bakery
+from bakery.reporting import flatten as flatten_metrics  # the one flattening of nested metrics
 
 STATUSES = ("built", "cached", "failed", "skipped")
 
@@ -137,15 +138,6 @@ def verdict_line(v: dict) -> str:
     return verdict.summary() + (f"; {verdict.reason}" if verdict.reason and not verdict.wins else "")
 
 
-def flatten_metrics(metrics: dict, prefix: str = "") -> dict[str, Any]:
-    """``{"psnr_db": {"normal": 19.2}}`` -> ``{"psnr_db.normal": 19.2}``; lists are left out."""
-    out: dict[str, Any] = {}
-    for k, v in metrics.items():
-        if isinstance(v, dict):
-            out.update(flatten_metrics(v, f"{prefix}{k}."))
-        elif not isinstance(v, (list, tuple)):
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def _align(rows: list[tuple], *, last_free: bool = False, right_from: int | None = None) -> list[str]:
