@@ -234,3 +234,21 @@ def test_default_reduction_takes_128_threads_for_the_widths_measured():
         red = default_reduction(_CoopMat(), net)
         assert (red.row_block, red.row_copy, red.row_tiles) == (32, copies, copies)
     assert default_reduction(_FakeDevice(), narrow).mode == "slices"
+
+
+def test_default_reduction_keeps_the_fixed_point_gradient_sums_in_range():
+    """Workgroups sized from the multiprocessor count (264/132 on the H200's 132) never
+    give one weight gradient more partial sums than its 64-bit fixed point holds."""
+    from bakery.nn.parameters import FIXED_POINT_PARTIALS, default_reduction
+
+    net = NetworkSpec(FrequencyEncoding(2, 3), (64, 64), 3)
+    for coopmat in (True, False):
+        for sms in (132, 4000):
+            class _Device(_FakeDevice):
+                pass
+            dev = _Device()
+            dev.coopmat, dev.sm_count = coopmat, sms
+            red = default_reduction(dev, net)
+            assert red.max_groups <= FIXED_POINT_PARTIALS and red.reduce_groups <= FIXED_POINT_PARTIALS
+            if sms == 132:   # the H200's sizing is unchanged by the cap
+                assert red.max_groups == 264 and (red.reduce_groups == 132 or not coopmat)

@@ -157,6 +157,13 @@ class CoopVecReduction:
         return 16 if self.reduce == "mma" or self.row_tiles else 8
 
 
+#: Partial sums one weight gradient may receive in the CoopVec backend's 64-bit fixed point
+#: (nn/mlp_coopvec.slang: BK_GRAD_FIXED_LIMIT keeps each under 2^13 at 2^40 per unit, so
+#: 2^10 of them stay inside an int64). Workgroups sized from a device's multiprocessors are
+#: capped at this, so a GPU with more of them cannot overflow the sum.
+FIXED_POINT_PARTIALS = 1 << 10
+
+
 def default_reduction(device, spec) -> CoopVecReduction:
     """The reduction a device gets (bench/grad_reduction.py times the alternatives):
     split-K on cooperative matrices where the device has them, else per-workgroup slices;
@@ -180,6 +187,8 @@ def default_reduction(device, spec) -> CoopVecReduction:
     512-byte tiles: sum 90.7 against 111.2 µs, training kernel 160.7 against 156.3 (the
     texture fit, same run; NTC's sum 90.4 against 101.7: bench/RESULTS.md, grad_reduction)."""
     sms = getattr(device, "sm_count", None)
+    if sms:
+        sms = min(sms, FIXED_POINT_PARTIALS // 2)
     sized = {"max_groups": 2 * sms} if sms else {}
     if getattr(device, "coopmat", False):
         narrow = all(l.n_out <= 64 for l in spec.layers)
