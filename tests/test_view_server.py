@@ -62,6 +62,10 @@ def _check(ViewServer, tiny_out):
         ids = {b["id"] for b in doc["bundles"]}
         assert status == 200 and "texture/rust" in ids and "compress/bricks" in ids and "texture/planted" not in ids
         assert any("planted/manifest.json: a link" in p for p in doc["problems"])
+        # metrics under the names and explanations the report gives them
+        ntc = next(b for b in doc["bundles"] if b["id"] == "compress/bricks")
+        assert ntc["metric_names"]["margin_db"][0] == "vs BCn at equal bytes (dB)"
+        assert ntc["metric_names"]["psnr_db.albedo"] == ["PSNR albedo (dB)", "PSNR of the decoded albedo texture against its source"]
         assert _get(server.url + "bundle/texture/planted/preview.png")[0] == 404
         assert _get_as_host(server.url + "api/bundles.json", "rebound.example.com") == 403
         assert _get(server.url + "bundle/texture/rust/preview.png")[0] == 200

@@ -46,7 +46,23 @@ class ViewedBundle:
         m = self.manifest
         return {"id": self.id, "type": m["stage"]["type"], "stage": self.id.split("/")[0],
                 "asset": "/".join(self.id.split("/")[1:]), "metrics": m.get("metrics", {}),
+                "metric_names": metric_names(m["stage"]["type"], m.get("metrics", {})),
                 "files": {f["name"]: f["role"] for f in m["files"]}, "manifest": m}
+
+
+def metric_names(stage_type: str, metrics: dict) -> dict[str, list[str]]:
+    """Each flattened metric's readable name and one-line explanation, as the report shows
+    them (the stage's ``metric_docs``; a stage not registered here gets the names made
+    readable)."""
+    from bakery.errors import UsageError
+    from bakery.reporting import describe_metric, flatten
+    from bakery.stages import get_stage
+
+    try:
+        docs = get_stage(stage_type).metric_docs
+    except UsageError:
+        docs = {}
+    return {k: list(describe_metric(k, docs)) for k in flatten(metrics)}
 
 
 def find_bundles(out: Path) -> tuple[list[ViewedBundle], list[str]]:

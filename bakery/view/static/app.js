@@ -562,13 +562,17 @@ async function viewImages(b, el) {
 const VIEWS = { ntc: viewNtc, neural_material: viewMaterial, mipmap: viewMipmap,
                 neural_texture: viewImages, procedural: viewImages, fit: viewImages };
 
-function metricsTable(metrics) {
+function metricsTable(metrics, names = {}) {
   const t = document.createElement('table');
   t.className = 'metrics';
   const flat = (o, p = '') => Object.entries(o).flatMap(([k, v]) => (v && typeof v === 'object' ? flat(v, `${p}${k}.`) : [[`${p}${k}`, v]]));
   for (const [k, v] of flat(metrics)) {
+    if (v === null) continue;  // a metric a stage leaves unmeasured
     const tr = t.insertRow();
-    tr.insertCell().textContent = k;
+    const [label, what] = names[k] || [k, ''];
+    const name = tr.insertCell();
+    name.textContent = label;
+    name.title = what ? `${what} (${k})` : k;
     tr.insertCell().textContent = typeof v === 'number' ? String(Math.round(v * 1000) / 1000) : String(v);
   }
   return t;
@@ -593,7 +597,7 @@ async function main() {
     h.textContent = b.id;
     const kind = document.createElement('span'); kind.className = 'kind'; kind.textContent = b.type;
     h.append(kind);
-    s.append(h, metricsTable(b.metrics));
+    s.append(h, metricsTable(b.metrics, b.metric_names));
     main.append(s);
     const view = VIEWS[b.type];
     done.push(view ? view(b, s).catch((e) => {
