@@ -25,16 +25,9 @@ from pipeline_helpers import BASIC_TOML, make_project
 
 from bakery.formats.errors import BundleError
 from bakery.formats.reader import read_bundle
+from tests.test_safety import _env   # bake subprocesses import this checkout and the test stages
 
 TINY_NEURAL_TEXTURE = ("--param", "steps=4", "--param", "batch=256", "--param", "width=8", "--param", "layers=1")
-TESTS = Path(__file__).resolve().parent
-REPO = TESTS.parent
-
-
-def _env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(REPO), env.get("PYTHONPATH", "")])
-    return env
 
 
 def bakery_process(cwd: Path, *args, timeout: float = 120) -> subprocess.CompletedProcess:
