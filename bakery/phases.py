@@ -32,8 +32,9 @@ PHASES_LOG_PREFIX = "phase seconds: "
 class PhaseClock:
     """One task's seconds per phase: on its own thread (``phases``) and beside it (``overlapped``)."""
 
-    def __init__(self) -> None:
-        self.started = _time.perf_counter()
+    def __init__(self, now=_time.perf_counter) -> None:
+        self._now = now
+        self.started = now()
         self.thread = threading.get_ident()   # the task's thread; any other one works beside it
         self.phases: dict[str, float] = {}
         self.overlapped: dict[str, float] = {}
@@ -45,12 +46,12 @@ class PhaseClock:
         if name not in PHASES:
             raise ValueError(f"unknown phase {name!r} (known: {', '.join(PHASES)})")
         stack = self._open.__dict__.setdefault("stack", [])
-        start = _time.perf_counter()
+        start = self._now()
         stack.append(0.0)
         try:
             yield
         finally:
-            spent = _time.perf_counter() - start
+            spent = self._now() - start
             inner = stack.pop()
             if stack:
                 stack[-1] += spent
@@ -60,7 +61,7 @@ class PhaseClock:
 
     def record(self) -> dict:
         """``{"wall_s", "phases" (with "other"), "overlapped"}``, seconds rounded to ms."""
-        wall = _time.perf_counter() - self.started
+        wall = self._now() - self.started
         with self._lock:
             phases, beside = dict(self.phases), dict(self.overlapped)
         phases["other"] = max(0.0, wall - sum(phases.values()))
