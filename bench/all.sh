@@ -8,7 +8,7 @@
 # NAME: suite | mipmap | fit | procedural | train_texture | ntc | ntc_scatter | ntc_updates | ntc_touched |
 #       ntc_repeat | ntc_options | backward_anatomy | neural_material | runners | scale | determinism |
 #       studio_library
-# Prepare the machine first (see README): source .device/setup.sh and install .whl/*.whl.
+# The machine needs slangpy, a Vulkan driver and the packages pyproject.toml names (see README).
 set -u
 cd "$(dirname "$0")/.."
 dest=${OUT:-bench/out}
