@@ -13,7 +13,11 @@ that they compile; run as a script it writes the SPIR-V disassembly of every one
 trees' (before and after a change to the backend) can be compared file by file:
 
     python3 -m tests.coopvec_spirv OUT_DIR [--only NAME ...]
-    diff -r BEFORE_DIR AFTER_DIR
+    python3 -m tests.coopvec_spirv --compare BEFORE_DIR AFTER_DIR
+
+(``--compare`` says which kernels are byte-identical and, for the others, prints the diff
+with SPIR-V's result ids blanked: code that only lost or gained a few instructions is
+otherwise renumbered from there on.)
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import difflib
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -117,7 +123,7 @@ def programs(device, only: tuple[str, ...] = ()) -> dict[str, tuple[str, str]]:
     for dname, coopmat, sms in DEVICES:
         for jname, job in JOBS.items():
             name = f"{dname}/{jname}"
-            if only and not any(name.startswith(o) for o in only):
+            if only and not any(f"{name}/".startswith(o) for o in only):
                 continue
             fake = stand_in(device, coopmat, sms)
             spec, objective = job(fake)
@@ -157,11 +163,40 @@ def compile_spirv(spy_device, source: str, entry: str, **link) -> str:
         return asm[-1].read_text()
 
 
+def _without_ids(asm: str) -> list[str]:
+    return [re.sub(r"%[A-Za-z0-9_.]+", "%_", line) for line in asm.splitlines() if not line.startswith("; Bound:")]
+
+
+def compare(before: Path, after: Path) -> int:
+    """Prints, per kernel of ``before``, whether ``after`` holds the same bytes; the
+    id-blind diff where not. Returns the number that differ."""
+    differ = 0
+    for f in sorted(before.rglob("*.spv-asm")):
+        name, g = f.relative_to(before), after / f.relative_to(before)
+        if g.is_file() and f.read_bytes() == g.read_bytes():
+            print(f"identical  {name}")
+            continue
+        differ += 1
+        if not g.is_file():
+            print(f"missing    {name}")
+            continue
+        print(f"differs    {name}")
+        diff = difflib.unified_diff(_without_ids(f.read_text()), _without_ids(g.read_text()), lineterm="", n=1)
+        print("\n".join(f"    {line}" for line in list(diff)[2:]))
+    return differ
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("out", help="folder for <device>/<job>/<entry>.spv-asm")
-    p.add_argument("--only", nargs="*", default=(), help="name prefixes, as <device>/<job>")
+    p.add_argument("out", nargs="?", help="folder for <device>/<job>/<entry>.spv-asm")
+    p.add_argument("--only", nargs="*", default=(), help="name prefixes, as <device>/<job>/")
+    p.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), help="compare two such folders")
     a = p.parse_args(argv)
+    if a.compare:
+        compare(Path(a.compare[0]), Path(a.compare[1]))
+        return 0
+    if not a.out:
+        p.error("name a folder to write, or --compare two")
     from bakery.device import Device
 
     spy_device = spirv_device()
