@@ -191,8 +191,8 @@ class NeuralMaterial(Stage):
                                                                                           "finetune_s"),
                                                                       params["finetune_steps"]))
                 stored[0] = store_level(tuned, params["latent_format"], scale, bias)
-                ctx.log.info("%s: fine-tuned the level-0 latents %d steps in %.2f s", inp.name, params["finetune_steps"],
-                             time.perf_counter() - started)
+                ctx.log.info("%s: fine-tuned the level-0 latents %d steps in %.2f s", inp.name,
+                             params["finetune_steps"], time.perf_counter() - started)
             decoded = [bias.astype(np.float32) + scale.astype(np.float32) * s for s in stored]
 
         # Quality after quantisation, level 0.

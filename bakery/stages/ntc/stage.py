@@ -16,9 +16,9 @@ import numpy as np
 from bakery import phases
 from bakery.errors import UsageError
 from bakery.formats.images import encode_png, image_size
-from bakery.overlap import SideWork
 from bakery.imaging import set_psnr
 from bakery.materials import ROLES, binding_role, load_material
+from bakery.overlap import SideWork
 from bakery.stages.base import Stage, StageResult, register
 from bakery.stages.ntc import bc4, packing
 from bakery.stages.ntc.manifest import ntc_section
@@ -170,14 +170,13 @@ class NeuralTextureCompression(Stage):
         compare = params["baseline"] or params["weighting"] != "uniform"
         with SideWork() as side:   # what needs no training encodes beside it (bakery.overlap)
             training = SetTraining(ctx, inp.name, material, params, side=side)
-            if params["target_psnr"] > 0:
-                sources = self._encode_sources(side, material, params)
+            chosen = None if params["target_psnr"] > 0 else choose(w, h, c, params["bpp"], **rate_kw)
+            if chosen is not None and compare:   # first: steering waits for it at its first pause
+                training.start_bcn(chosen.bpp)
+            sources = self._encode_sources(side, material, params)
+            if chosen is None:
                 trained, tried = training.search(ladder(w, h, c, **rate_kw), params["target_psnr"])
             else:
-                chosen = choose(w, h, c, params["bpp"], **rate_kw)
-                if compare:   # first: steering waits for it at its first pause
-                    training.start_bcn(chosen.bpp)
-                sources = self._encode_sources(side, material, params)
                 trained, tried = training.train(chosen), []
             point = trained.point
             previews = {role: side.submit("encoding", encode_png, image)
@@ -218,7 +217,8 @@ class NeuralTextureCompression(Stage):
         """The source textures' PNGs (the viewer's references), encoding beside training."""
         if not params["baseline"]:
             return {}
-        return {role: side.submit("encoding", encode_png, image) for role, image in material.split(material.image).items()}
+        return {role: side.submit("encoding", encode_png, image)
+                for role, image in material.split(material.image).items()}
 
     def _write(self, out, trained, material, mip_images, params, previews: dict) -> dict:
         """Writes the bundle's files (``previews``: the decoded set's PNGs by role, encoding
