@@ -109,7 +109,8 @@ def encode(image: np.ndarray, fmt: str, *, profile: str = "basic") -> bytes:
 
     def work(i: int, rows: slice) -> None:
         try:
-            parts[i] = _compress(a[rows], fmt, profile)
+            with _ENCODING:
+                parts[i] = _compress(a[rows], fmt, profile)
         except BaseException as e:  # noqa: BLE001 - raised on the caller's thread below
             parts[i] = e
 
@@ -127,11 +128,18 @@ def encode(image: np.ndarray, fmt: str, *, profile: str = "basic") -> bytes:
 #: Texels from which BC7/BC1 (seconds per 2K map on one core) encode in bands on several
 #: threads; BC4/BC5 take milliseconds and stay on one.
 PARALLEL_FROM = 1 << 20
+#: Bands encoding at once in this process, however many encodes run (bakery.overlap runs
+#: several beside training): one core stays free for the thread that drives the device.
+def encode_threads() -> int:
+    return max(1, (os.cpu_count() or 1) - 1)
+
+
+_ENCODING = threading.BoundedSemaphore(encode_threads())
 
 
 def _band_rows(fmt: str, pw: int, ph: int, threads: int | None = None) -> list[slice]:
     """Row slices (whole block rows) of a padded surface, one per encoding thread."""
-    threads = threads or os.cpu_count() or 1
+    threads = threads or encode_threads()
     if fmt not in ("bc7", "bc1") or pw * ph < PARALLEL_FROM or threads < 2:
         return [slice(0, ph)]
     block_rows = ph // BLOCK
