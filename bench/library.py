@@ -19,7 +19,10 @@ beside training), and the quality each stage reached against its own baseline in
 run (set PSNR from the mean MSE, RMSE over materials).
 
     python3 bench/library.py --device vulkan                               # H200: 100 x 2048^2
+    python3 bench/library.py --device vulkan --bake 6                      # the first 6 of them
     python3 bench/library.py --count 4 --size 256 --device software        # CPU check
+
+``bash bench/all.sh library`` runs the first with ``$LIBRARY_ARGS`` appended.
 """
 
 from __future__ import annotations
@@ -315,11 +318,14 @@ def print_tables(rows: list[dict]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--count", type=int, default=100, help="materials in the library")
+    ap.add_argument("--bake", type=int, default=0, help="bake only the first N of them (0: all), where "
+                    "the machine's time allows no more; the figures are per material baked")
     ap.add_argument("--size", type=int, default=2048)
     ap.add_argument("--device", default="auto", choices=["auto", "vulkan", "software"])
     ap.add_argument("--seed", type=int, default=make_assets.SEED)
     ap.add_argument("--jobs", type=int, default=1, help="bakery bake --jobs")
-    ap.add_argument("--caches", nargs="+", default=["cold", "warm"], choices=["cold", "warm"])
+    ap.add_argument("--caches", nargs="+", default=["cold", "warm"], choices=["cold", "warm"],
+                    help="bakes in turn: cold empties the caches first, warm keeps them (rows say which they had)")
     ap.add_argument("--work", type=Path, default=None, help="library folder (default: a temp folder, removed)")
     ap.add_argument("--out", type=Path, default=Path("bench/out/library.json"))
     args = ap.parse_args()
@@ -330,7 +336,9 @@ def main() -> int:
         t0 = time.perf_counter()
         conventions = write_library(root, args.count, args.size, args.seed, workers=max(1, (os.cpu_count() or 2) - 1))
         written_s = time.perf_counter() - t0
-        print(f"library: {args.count} materials at {args.size}^2 in {written_s:.1f} s ({conventions}) under {root}")
+        baked = min(args.bake or args.count, args.count)
+        print(f"library: {args.count} materials at {args.size}^2 in {written_s:.1f} s ({conventions}) under {root}; "
+              f"baking {baked}")
         pipeline = write_pipeline(root, args.device)
         env = W.bake_env(root)
         env["XDG_CACHE_HOME"] = str(root / "xdg")   # Slang, Mesa and driver caches: cold at first
@@ -340,9 +348,12 @@ def main() -> int:
                 for d in ("out", "cache", "xdg"):
                     shutil.rmtree(root / d, ignore_errors=True)
             jobs = ["--jobs", str(args.jobs)] if args.jobs > 1 else []
-            run = bake(pipeline, env, "--force", "*", *jobs)
-            rows.append(summarise(root, run, args.count, caches))
-            print(f"{caches} bake: exit {run['exit']} in {run['wall_s']:.1f} s", flush=True)
+            subset = [a for i in range(baked) for a in ("--asset", f"lib/m{i:03d}")] if baked < args.count else []
+            device_cache = root / "cache" / "device"
+            state = "warm" if device_cache.is_dir() and any(device_cache.iterdir()) else "cold"  # as they were
+            run = bake(pipeline, env, "--force", "*", *jobs, *subset)
+            rows.append(summarise(root, run, baked, state))
+            print(f"{state} bake: exit {run['exit']} in {run['wall_s']:.1f} s", flush=True)
         print_tables(rows)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"machine": W.machine(), "settings": {k: str(v) for k, v in vars(args).items()},
