@@ -12,8 +12,9 @@ production quality, first with cold caches (Slang's and the driver's: a fresh ca
 and XDG_CACHE_HOME), then again (``--force '*'``) with them warm.
 
 Per bake: materials per GPU-hour (materials / wall hours of the bake, one GPU), wall per
-stage (its tasks' seconds), GPU busy % and peak GPU memory above idle (nvidia-smi
-``utilization.gpu,memory.used`` every 200 ms; n/a without nvidia-smi), host seconds by
+stage (its tasks' seconds), GPU busy % over the bake and over each stage's tasks, and peak
+GPU memory above idle (nvidia-smi ``utilization.gpu,memory.used`` every 200 ms; n/a
+without nvidia-smi), host seconds by
 phase per stage (each task's ``phase seconds`` log line, bakery.phases; ``overlapped`` ran
 beside training), and the quality each stage reached against its own baseline in the same
 run (set PSNR from the mean MSE, RMSE over materials).
@@ -38,6 +39,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -49,7 +51,7 @@ sys.path.insert(0, str(W.REPO / "scripts"))
 import make_assets  # noqa: E402  (scripts/ holds the generator)
 
 from bakery.imaging import set_psnr  # noqa: E402
-from bakery.phases import PHASES, parse_log  # noqa: E402
+from bakery.phases import PHASES, PHASES_LOG_PREFIX, parse_log  # noqa: E402
 
 #: Stage name in the pipeline -> (type, params): the three stages of a nightly library bake.
 STAGES = {"compress": ("ntc", {"bpp": 8.0, "quality": "production"}),
@@ -164,7 +166,7 @@ class GpuMonitor:
 
     def __init__(self):
         self.exe = shutil.which("nvidia-smi")
-        self.samples: list[tuple[float, float]] = []   # (utilisation %, MiB used), GPU 0
+        self.samples: list[tuple[float, float, float]] = []   # (epoch s, utilisation %, MiB used), GPU 0
         self.idle_mib: float | None = None
         self._proc = None
 
@@ -187,7 +189,7 @@ class GpuMonitor:
         for line in self._proc.stdout:   # "87 %, 12345 MiB" (the header line does not parse)
             util, _, mem = line.partition(",")
             try:
-                self.samples.append((float(util.strip().rstrip("%").strip()),
+                self.samples.append((time.time(), float(util.strip().rstrip("%").strip()),
                                      float(mem.strip().split()[0])))
             except (ValueError, IndexError):
                 continue
@@ -198,13 +200,15 @@ class GpuMonitor:
             self._proc.wait(timeout=10)
             self._thread.join(timeout=5)
 
-    def busy_percent(self) -> float | None:
-        return round(float(np.mean([u for u, _ in self.samples])), 1) if self.samples else None
+    def busy_percent(self, windows: list[tuple[float, float]] | None = None) -> float | None:
+        """Mean utilisation over the bake, or over the samples inside ``windows`` (epoch s)."""
+        util = [u for t, u, _ in self.samples if windows is None or any(a <= t <= b for a, b in windows)]
+        return round(float(np.mean(util)), 1) if util else None
 
     def peak_mib(self) -> float | None:
         if not self.samples or self.idle_mib is None:
             return None
-        return round(max(m for _, m in self.samples) - self.idle_mib, 1)
+        return round(max(m for _, _, m in self.samples) - self.idle_mib, 1)
 
 
 def bake(pipeline: Path, env: dict, *args: str) -> dict:
@@ -217,25 +221,37 @@ def bake(pipeline: Path, env: dict, *args: str) -> dict:
         wall = time.perf_counter() - t0
     return {"wall_s": wall, "exit": p.returncode, "report": json.loads(report.read_text()) if report.is_file() else {},
             "log": (p.stdout + p.stderr)[-3000:], "gpu_busy_percent": gpu.busy_percent(),
-            "peak_gpu_mib": gpu.peak_mib(), "gpu_samples": len(gpu.samples)}
+            "peak_gpu_mib": gpu.peak_mib(), "gpu_samples": len(gpu.samples), "gpu": gpu}
 
 
-def stage_phases(root: Path, stage: str, assets: list[str]) -> tuple[dict, dict, int]:
-    """Summed phase seconds (the task's thread; and beside it) over a stage's task logs."""
-    on, beside, found = {}, {}, 0
+def _logged_at(line: str) -> float | None:
+    """Epoch seconds of a task log line (``2026-01-02 03:04:05,678 INFO ...``, local time)."""
+    try:
+        return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    except ValueError:
+        return None
+
+
+def stage_phases(root: Path, stage: str, assets: list[str]) -> tuple[dict, dict, list[tuple[float, float]]]:
+    """Summed phase seconds (the task's thread; and beside it) over a stage's task logs,
+    and each task's window (epoch s: its phase line's time less its wall time)."""
+    on, beside, windows = {}, {}, []
     for asset in assets:
         log = root / "out" / "logs" / stage / f"{asset}.log"
-        record = parse_log(log.read_text(errors="replace")) if log.is_file() else None
+        text = log.read_text(errors="replace") if log.is_file() else ""
+        record = parse_log(text)
         if record is None:
             continue
-        found += 1
+        ended = next((_logged_at(ln) for ln in reversed(text.splitlines()) if PHASES_LOG_PREFIX in ln), None)
+        if ended is not None:
+            windows.append((ended - record["wall_s"], ended))
         for k, v in record["phases"].items():
             on[k] = on.get(k, 0.0) + v
         for k, v in record["overlapped"].items():
             beside[k] = beside.get(k, 0.0) + v
     order = list(PHASES) + ["other"]
     return ({k: round(on[k], 2) for k in order if k in on}, {k: round(beside[k], 2) for k in order if k in beside},
-            found)
+            windows)
 
 
 def _rms(values: list[float]) -> float:
@@ -270,11 +286,12 @@ def summarise(root: Path, run: dict, count: int, caches: str) -> dict:
     stages = {}
     for name, (kind, _) in STAGES.items():
         mine = [t for t in tasks if t.get("stage") == name]
-        on, beside, logged = stage_phases(root, name, [t["asset"] for t in mine if t.get("status") == "built"])
+        on, beside, windows = stage_phases(root, name, [t["asset"] for t in mine if t.get("status") == "built"])
         stages[name] = {"type": kind, "built": sum(t.get("status") == "built" for t in mine),
                         "failed": sum(t.get("status") == "failed" for t in mine),
                         "wall_s": round(sum(t.get("seconds") or 0.0 for t in mine), 2),
-                        "phases_s": on, "overlapped_s": beside, "tasks_with_phases": logged,
+                        "gpu_busy_percent": run["gpu"].busy_percent(windows) if windows else None,
+                        "phases_s": on, "overlapped_s": beside, "tasks_with_phases": len(windows),
                         "quality": stage_quality(kind, mine)}
     built_all = min(s["built"] for s in stages.values())
     row = {"caches": caches, "exit": run["exit"], "wall_s": round(run["wall_s"], 2), "materials": count,
@@ -292,9 +309,10 @@ def _na(v) -> str:
 
 def print_tables(rows: list[dict]) -> None:
     print(f"\n{'caches':7} {'materials':>9} {'wall s':>9} {'materials/GPU-h':>15} {'GPU busy %':>10} "
-          f"{'peak GPU MiB':>12}  stage wall s")
+          f"{'peak GPU MiB':>12}  stage wall s (GPU busy)")
     for r in rows:
-        walls = ", ".join(f"{k} {s['wall_s']}" for k, s in r["stages"].items())
+        walls = ", ".join(f"{k} {s['wall_s']} (GPU {_na(s['gpu_busy_percent'])}"
+                          f"{'' if s['gpu_busy_percent'] is None else '%'})" for k, s in r["stages"].items())
         print(f"{r['caches']:7} {r['materials']:>9} {r['wall_s']:>9} {_na(r['materials_per_gpu_hour']):>15} "
               f"{_na(r['gpu_busy_percent']):>10} {_na(r['peak_gpu_mib']):>12}  {walls}"
               + ("" if r["exit"] == 0 else f"  FAILED (exit {r['exit']})"))
