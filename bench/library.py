@@ -14,10 +14,10 @@ and XDG_CACHE_HOME), then again (``--force '*'``) with them warm.
 Per bake: materials per GPU-hour (materials / wall hours of the bake, one GPU), wall per
 stage (its tasks' seconds), GPU busy % over the bake and over each stage's tasks, and peak
 GPU memory above idle (nvidia-smi ``utilization.gpu,memory.used`` every 200 ms; n/a
-without nvidia-smi), host seconds by
-phase per stage (each task's ``phase seconds`` log line, bakery.phases; ``overlapped`` ran
-beside training), and the quality each stage reached against its own baseline in the same
-run (set PSNR from the mean MSE, RMSE over materials).
+without nvidia-smi), host seconds by phase per stage (each task's ``phase seconds`` log
+line, bakery.phases; ``overlapped`` ran beside training), and the quality each stage
+reached against its own baseline in the same run (set PSNR from the mean MSE, RMSE over
+materials).
 
     python3 bench/library.py --device vulkan                               # H200: 100 x 2048^2
     python3 bench/library.py --device vulkan --bake 6                      # the first 6 of them
