@@ -1,19 +1,24 @@
 """A task's host seconds per phase (bakery.phases) and the work it runs beside training
 (bakery.overlap): the record each task logs is present and adds up, side work changes no
-byte of a bundle, fails where its result is taken, and never holds a process open."""
+byte of a bundle, fails where its result is taken, and never holds a bake open past a signal."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bakery import overlap, phases
+from bakery.formats.images import encode_png
 from bakery.pipeline.task import run_task, settings_for
 from bakery.stages import StageInput, get_stage
 from tests.stage_tasks import material
@@ -138,11 +143,44 @@ def test_side_work_raises_where_the_result_is_taken_and_close_drops_the_queue():
         overlap.SideWork(workers=0).submit("baselines", lambda: 1 / 0).result()
 
 
-def test_a_stuck_side_item_does_not_hold_the_process_open():
-    """A signal ends a bake by raising in the task's thread; the process must then exit
-    at once even with an encode still running beside it (threads are daemons)."""
-    code = ("import threading\nfrom bakery.overlap import SideWork\n"
-            "side = SideWork(workers=1)\nside.submit('encoding', threading.Event().wait)\n"
-            "side.close()\nraise KeyboardInterrupt\n")
-    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert p.returncode != 0 and "KeyboardInterrupt" in p.stderr
+STUCK_STAGE = '''\
+import os, threading
+from pathlib import Path
+from bakery.overlap import SideWork
+from bakery.stages.base import Stage, register
+
+@register
+class StuckBeside(Stage):
+    """Waits for side work that never ends (an encode of a huge map, as far as a signal knows)."""
+    type_name = "test_stuck_beside"
+    uses_device = False
+
+    def run(self, ctx, inputs, params):
+        with SideWork(workers=1) as side:
+            pending = side.submit("encoding", threading.Event().wait)
+            Path(os.environ["BAKERY_TEST_STARTED"]).touch()
+            pending.result()
+'''
+
+
+def test_sigterm_stops_a_bake_waiting_on_side_work_within_seconds(tmp_path):
+    """A signal ends a bake by raising in the task's thread; the process must then exit at
+    once with an encode still running beside it (side threads are daemons)."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.png").write_bytes(encode_png(np.full((8, 8, 3), 0.5, np.float32)))
+    (tmp_path / "stuck_stage.py").write_text(STUCK_STAGE)
+    (tmp_path / "pipeline.toml").write_text('[project]\nout = "out"\ncache = "cache"\nplugins = ["stuck_stage"]\n'
+                                            '[assets.photos]\nimage = "src/*.png"\n'
+                                            '[stages.stuck]\ntype = "test_stuck_beside"\ninputs = ["photos"]\n')
+    started = tmp_path / "started"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "BAKERY_TEST_STARTED": str(started)}
+    p = subprocess.Popen([sys.executable, "-m", "bakery", "bake", "pipeline.toml"], cwd=tmp_path, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    t0 = time.monotonic()
+    while not started.exists():
+        assert p.poll() is None and time.monotonic() - t0 < 60, p.communicate()
+        time.sleep(0.02)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=20)   # a pool that joined its threads would hang here
+    assert p.returncode == 143 and "interrupted" in err and "Traceback" not in err
+    assert not list(tmp_path.rglob(".*staging*"))
