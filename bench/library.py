@@ -360,7 +360,7 @@ def main() -> int:
         pipeline = write_pipeline(root, args.device)
         env = W.bake_env(root)
         env["XDG_CACHE_HOME"] = str(root / "xdg")   # Slang, Mesa and driver caches: cold at first
-        rows = []
+        rows, machine = [], W.machine()
         for caches in args.caches:
             if caches == "cold":
                 for d in ("out", "cache", "xdg"):
@@ -372,12 +372,13 @@ def main() -> int:
             run = bake(pipeline, env, "--force", "*", *jobs, *subset)
             rows.append(summarise(root, run, baked, state))
             print(f"{state} bake: exit {run['exit']} in {run['wall_s']:.1f} s", flush=True)
+            args.out.parent.mkdir(parents=True, exist_ok=True)   # after each bake: a run cut short keeps its rows
+            args.out.write_text(json.dumps({"machine": machine, "settings": {k: str(v) for k, v in vars(args).items()},
+                                            "stages": {k: {"type": t, "params": p} for k, (t, p) in STAGES.items()},
+                                            "library": {"materials": args.count, "baked": baked,
+                                                        "conventions": conventions, "written_s": round(written_s, 1)},
+                                            "rows": rows}, indent=1))
         print_tables(rows)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"machine": W.machine(), "settings": {k: str(v) for k, v in vars(args).items()},
-                                        "stages": {k: {"type": t, "params": p} for k, (t, p) in STAGES.items()},
-                                        "library": {"conventions": conventions, "written_s": round(written_s, 1)},
-                                        "rows": rows}, indent=1))
         print(f"wrote {args.out}")
         return 0 if all(r["exit"] == 0 for r in rows) else 1
     finally:

@@ -53,7 +53,7 @@ def _bake(stage_type: str, inputs_dir: Path, out: Path, device) -> tuple[dict, l
     log = logging.getLogger(f"test.phases.{stage_type}.{out.name}")
     handler = _Lines()
     log.addHandler(handler)
-    log.setLevel(logging.INFO)
+    log.setLevel(logging.DEBUG)
     try:
         run_task(stage, inputs, settings, seed=3, device_provider=lambda: device, out_dir=out, log=log)
     finally:

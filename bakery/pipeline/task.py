@@ -72,7 +72,7 @@ def run_task(stage_cls: type[Stage], inputs: Sequence[StageInput], settings: Set
     with phases.recording() as clock:
         manifest = publish_task(stage_cls, inputs, settings, seed=seed, device_provider=device_provider,
                                 out_dir=out_dir, log=log, progress=progress, where=where)
-        log.info("%s", phases.log_line(clock))
+        log.debug("%s", phases.log_line(clock))
     return manifest
 
 
