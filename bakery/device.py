@@ -118,6 +118,21 @@ def toolchain_of(backend: str, adapter: str, uuid=None, *, coopvec: bool | None)
     return Toolchain(slangpy=slangpy, slang=slang, backend=backend, adapter=adapter, driver=driver, coopvec=coopvec)
 
 
+@dataclass
+class KernelCacheStats:
+    """What :meth:`Device.kernel` did in this process: Slang modules compiled from source
+    (the front end: parsing, checking, each a fraction of a second on a CPU), programs
+    linked into kernels, and requests answered from memory. The tasks of one stage in one
+    worker compile once; tests count on these, never on timing."""
+
+    modules: int = 0
+    kernels: int = 0
+    hits: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
 @dataclass(frozen=True)
 class DeviceInfo:
     backend: str
@@ -147,6 +162,7 @@ class Device:
                                cooperative_vector=self.coopvec,
                                software=bool(spy_device.has_feature(spy.Feature.software_device)))
         self._programs: dict = {}
+        self.kernel_cache = KernelCacheStats()
         #: Seconds one submission may run before :meth:`wait_for` gives up on it; the
         #: worker sets each task's (``dispatch_timeout``, docs/PIPELINE.md).
         self.dispatch_timeout = DEFAULT_DISPATCH_TIMEOUT
@@ -186,20 +202,38 @@ class Device:
         """Compiles entry point ``entry`` of a generated Slang source.
 
         The source may ``#include`` files relative to :data:`SLANG_DIR`; the backend define is prepended.
-        Modules and kernels are cached per device and source text in memory, and slangpy's
-        module and shader caches (under the cache dir) spare recompiling across processes.
+        Modules and kernels are kept per device, keyed by the source text with its defines,
+        so the next task of a stage in this process reuses them (:attr:`kernel_cache`
+        counts); slangpy's module and shader caches (under the cache dir) spare the code
+        generation across processes.
         """
-        header = "".join(f"#define {k} {v}\n" for k, v in sorted(self.defines().items()))
-        full = header + source
-        key = hashlib.sha256(full.encode()).hexdigest()[:24]
+        key = self._key(source)
         k = self._programs.get((key, entry))
-        if k is None:
-            module = self._programs.get(key)
-            if module is None:
-                module = self._programs[key] = self.spy.load_module_from_source(f"bakery_{key}", full)
-            program = self.spy.link_program([module], [module.entry_point(entry)])
-            k = self._programs[(key, entry)] = self.spy.create_compute_kernel(program)
+        if k is not None:
+            self.kernel_cache.hits += 1
+            return k
+        module = self.module(source)
+        program = self.spy.link_program([module], [module.entry_point(entry)])
+        k = self._programs[(key, entry)] = self.spy.create_compute_kernel(program)
+        self.kernel_cache.kernels += 1
         return k
+
+    def module(self, source: str):
+        """The Slang module of a generated source (defines prepended), compiled once per
+        device: for kernels, and for reading a user shader's signature."""
+        key = self._key(source)
+        module = self._programs.get(key)
+        if module is None:
+            module = self._programs[key] = self.spy.load_module_from_source(f"bakery_{key}",
+                                                                            self._header() + source)
+            self.kernel_cache.modules += 1
+        return module
+
+    def _header(self) -> str:
+        return "".join(f"#define {k} {v}\n" for k, v in sorted(self.defines().items()))
+
+    def _key(self, source: str) -> str:
+        return hashlib.sha256((self._header() + source).encode()).hexdigest()[:24]
 
     def submit(self, record) -> int:
         """Records dispatches with ``record(encoder)`` into one command buffer and runs it;
