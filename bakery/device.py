@@ -86,10 +86,42 @@ class Toolchain:
 
 
 def compiler_versions() -> tuple[str, str]:
-    """slangpy's version and the Slang compiler's build tag inside it."""
+    """slangpy's version and the Slang compiler's build tag inside it.
+
+    Read from the installed files where slangpy is not imported yet: planning a cached
+    re-bake then never loads the compiler (a fifth of its time on a CPU). The files say
+    exactly what the import would (tests/test_startup.py checks both agree); where they
+    cannot tell, slangpy is imported and asked.
+    """
+    import sys
+
+    if "slangpy" not in sys.modules:
+        found = installed_compiler_versions()
+        if found is not None:
+            return found
     import slangpy as spy
 
     return str(spy.__version__), str(getattr(spy, "SLANG_BUILD_TAG", "unknown"))
+
+
+def installed_compiler_versions() -> tuple[str, str] | None:
+    """slangpy's version from its distribution's metadata and the Slang build tag from
+    the name of the standard-module folder the wheel ships (``slang-standard-module-<tag>``),
+    without importing either; None where the installation does not show them."""
+    import importlib.metadata
+    import importlib.util
+
+    try:
+        version = importlib.metadata.version("slangpy")
+        spec = importlib.util.find_spec("slangpy")
+    except (importlib.metadata.PackageNotFoundError, ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    tags = [p.name.removeprefix("slang-standard-module-")
+            for folder in spec.submodule_search_locations for p in Path(folder).glob("slang-standard-module-*")
+            if p.is_dir()]
+    return (version, tags[0]) if len(tags) == 1 else None
 
 
 def _nvidia_driver() -> str:
@@ -296,26 +328,29 @@ def is_software_class(device_class: str) -> bool:
 def probe_device_class(kind: str) -> str | None:
     """The class of the device :func:`open_device` would open for ``kind``, found by
     listing adapters only (no device is created; planning and dry runs use this).
-    None when no such device exists, e.g. without a Vulkan loader."""
+    None when no such device exists, e.g. without a Vulkan loader.
+
+    Vulkan adapters are listed through the loader directly (bakery.vulkan_probe: one
+    instance, in the order slangpy lists them), so planning imports no slangpy unless it
+    must ask about CUDA."""
     if kind not in DEVICE_KINDS:
         raise UsageError(f"unknown device {kind!r} (known: {', '.join(DEVICE_KINDS)})", key="--device")
     try:
-        import slangpy as spy
-
+        from bakery import vulkan_probe
         from bakery.gpus import is_software_adapter
 
-        def first(type_, software: bool) -> str | None:
-            names = [a.name for a in spy.Device.enumerate_adapters(type_)]
-            return next((n for n in names if is_software_adapter(n) == software), None)
-
         def vulkan(software: bool) -> str | None:
-            name = first(spy.DeviceType.vulkan, software)
+            name = next((d.name for d in vulkan_probe.physical_devices() if is_software_adapter(d.name) == software),
+                        None)
             return device_class_of("vulkan", name) if name else None
 
         def cuda() -> str | None:
             if not _cuda_driver_present():
                 return None
-            name = first(spy.DeviceType.cuda, False)
+            import slangpy as spy
+
+            name = next((a.name for a in spy.Device.enumerate_adapters(spy.DeviceType.cuda)
+                         if not is_software_adapter(a.name)), None)
             return device_class_of("cuda", name) if name else None
 
         if kind == "vulkan":
@@ -338,17 +373,13 @@ def probe_toolchain(kind: str, *, portable: bool = False) -> Toolchain | None:
         return None
     backend, _, adapter = dclass.partition(":")
     try:
-        import slangpy as spy
-
         from bakery import vulkan_probe
 
         if backend == "cuda":
             return toolchain_of(backend, adapter, coopvec=None)
-        uuid = next((list(a.luid) for a in spy.Device.enumerate_adapters(spy.DeviceType.vulkan) if a.name == adapter),
-                    None)
-        found = vulkan_probe.find(uuid=uuid, name=adapter)
+        found = vulkan_probe.find(name=adapter)
         coopvec = bool(found is not None and found.cooperative_vector) and not portable
-        return toolchain_of(backend, adapter, uuid, coopvec=coopvec)
+        return toolchain_of(backend, adapter, found.uuid if found is not None else None, coopvec=coopvec)
     except Exception:  # noqa: BLE001 - as probe_device_class: nothing can be opened
         return None
 
