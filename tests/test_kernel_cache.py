@@ -1,7 +1,7 @@
 """Kernels compile once per process: the tasks of one stage in one process (the local
-runner, a ``--jobs`` worker) reuse the first task's modules and kernels, and a worker
-keeps its process and its device across tasks. Counted through ``Device.kernel_cache``,
-never timed."""
+runner, a ``--jobs`` worker) reuse the first task's modules and kernels, a worker keeps
+its process and its device across tasks, and Slang's compiled shaders persist under the
+bake's cache for the next process. Counted through ``Device.kernel_cache``, never timed."""
 
 from __future__ import annotations
 
@@ -87,3 +87,5 @@ def test_a_jobs_worker_keeps_its_process_device_and_kernels_across_tasks(tmp_pat
         # Every task of a worker saw one module and one kernel: the first compiled them.
         assert all(rec["kernel_cache"]["modules"] == 1 and rec["kernel_cache"]["kernels"] == 1 for rec in recs)
         assert sorted(rec["kernel_cache"]["hits"] for rec in recs) == list(range(len(recs)))
+    # The workers' devices keep Slang's compiled shaders under the bake's cache, for the next process.
+    assert any(p.is_file() for p in (tmp_path / "cache" / "device" / "shaders").rglob("*"))
