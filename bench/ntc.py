@@ -227,7 +227,7 @@ def speed_run(a, dev, mat, scatter: str, samples: str, updates: str, seed: int) 
             "latent_scatter": obj.latent_scatter, "line_texels": obj.line_texels, "patches": obj.patches,
             "lazy_latents": lazy, "latent_updates": updates, "seed": seed,
             "loss_scale": ("none" if not dev.coopvec else  # the portable backend scales no loss
-                           "fused" if trainer_module.FUSE_LOSS_SCALE and tr.store.copy_words == 0 else "separate"),
+                           "fused" if trainer_module.FUSE_LOSS_SCALE else "separate"),
             "steps": a.big_steps,
             "batch": a.big_batch, "ms_per_step": round(ms, 4),
             "final_set_psnr": final["set_psnr"], "time_to_final_s": final["train_s"],

@@ -1,6 +1,6 @@
 """The CoopVec backend's network optimizer (nn/adam.slang) on any device: it reads only
-plain buffers, so it runs on lavapipe. Where no weight copies need refreshing, the last
-workgroup of adam_step runs the loss-scale step (no dispatch of its own); it must leave
+plain buffers, so it runs on lavapipe. The last workgroup of adam_step runs the
+loss-scale step (no dispatch of its own); it must leave
 what adam_step followed by loss_scale_update leaves, bit for bit, step after step:
 skipped steps with the scale halved, the scale doubled after its interval."""
 
@@ -18,7 +18,6 @@ from tests.test_coopvec_layout import _FakeDevice
 def test_adam_step_runs_the_loss_scale_step_in_its_last_workgroup(device):
     spec = NetworkSpec(FrequencyEncoding(2, 3), (64, 40), 3)  # 7.5k parameters: 15 workgroups of adam_step
     store = ParameterStore(_FakeDevice(), spec, reduction=CoopVecReduction(group=128, mode="splitk"))
-    assert store.copy_words == 0
     source = store.defines() + "#define BAKERY_COOPVEC 1\n" + '#include "nn/adam.slang"\n'
     module = device.spy.load_module_from_source("loss_scale_test", source)
     adam, scale = (device.spy.create_compute_kernel(device.spy.link_program([module], [module.entry_point(e)]))
@@ -53,7 +52,7 @@ def test_adam_step_runs_the_loss_scale_step_in_its_last_workgroup(device):
 
         def separate(enc):
             adam.dispatch([words, 1, 1], vars=two, command_encoder=enc, fused_scale=0, **u)
-            scale.dispatch([1, 1, 1], vars=two, command_encoder=enc, copy_first_word=words, copy_words=0, **scaling)
+            scale.dispatch([1, 1, 1], vars=two, command_encoder=enc, **scaling)
 
         device.submit(separate)
         device.submit(lambda enc: adam.dispatch([words, 1, 1], vars=one, command_encoder=enc, fused_scale=1, **u))

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.experiments.reduction import always
+from bench.experiments.reduction import forward_twice
 from click.testing import CliRunner
 
 from bakery.cli import main
@@ -785,8 +785,6 @@ def test_one_forward_gives_the_latents_two_gave(coopvec_device, monkeypatch):
     carries the same input gradients back to the latents as bwd_diff through the network's
     forward, run twice: after a step (fixed-point latent sums, order-free) the latents are
     the same bits either way."""
-    from dataclasses import replace
-
     from bakery.nn import parameters
     from bakery.nn.optimizers import Adam
     from bakery.nn.trainer import TrainConfig, Trainer
@@ -794,11 +792,12 @@ def test_one_forward_gives_the_latents_two_gave(coopvec_device, monkeypatch):
 
     mat, image, point = _bricks_crop(48, 16.0)
     base = parameters.default_reduction(coopvec_device, point.network)
+    defines = parameters.ParameterStore.defines
     if not base.generated_backward:
         pytest.skip("the device's default backward pass is not generated (no cooperative matrices)")
 
     def latents_after_a_step(single: bool) -> np.ndarray:
-        monkeypatch.setattr(parameters, "default_reduction", always(replace(base, single_forward=single)))
+        monkeypatch.setattr(parameters.ParameterStore, "defines", defines if single else forward_twice(defines))
         obj = LatentTextureFit(coopvec_device, image, point.grid, normal_channel=mat.normal_channel)
         tr = Trainer(coopvec_device, point.network, obj, TrainConfig(steps=1, batch=1000, optimizer=Adam(lr=5e-3),
                                                                      seed=4))
