@@ -64,7 +64,8 @@ class DevicePool:
         """The opened devices' kernel-cache counters (bakery.device.KernelCacheStats), summed."""
         total: dict[str, int] = {}
         for dev in self.opened.values():
-            for k, v in dev.kernel_cache.to_dict().items():
+            stats = getattr(dev, "kernel_cache", None)  # a stand-in device may keep none
+            for k, v in (stats.to_dict() if stats is not None else {}).items():
                 total[k] = total.get(k, 0) + v
         return total
 
