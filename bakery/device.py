@@ -336,8 +336,13 @@ def probe_device_class(kind: str) -> str | None:
     if kind not in DEVICE_KINDS:
         raise UsageError(f"unknown device {kind!r} (known: {', '.join(DEVICE_KINDS)})", key="--device")
     try:
+        import importlib.util
+
         from bakery import vulkan_probe
         from bakery.gpus import is_software_adapter
+
+        if importlib.util.find_spec("slangpy") is None:
+            return None  # nothing can be opened without it
 
         def vulkan(software: bool) -> str | None:
             name = next((d.name for d in vulkan_probe.physical_devices() if is_software_adapter(d.name) == software),
