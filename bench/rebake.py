@@ -167,7 +167,8 @@ def measure(args, pipeline: Path, report_path: Path) -> int:
     warm_slang = None
     if args.fresh:  # the same cold bake once more, only Slang's compile cache kept (cache/device)
         cache = pipeline.parent / tomllib.loads(pipeline.read_text()).get("project", {}).get("cache", ".bakery-cache")
-        for p in [p for p in cache.iterdir() if p.is_dir() and p.name != "device"] + [pipeline.parent / fill_report["out"]]:
+        dropped = [p for p in cache.iterdir() if p.is_dir() and p.name != "device"]
+        for p in dropped + [pipeline.parent / fill_report["out"]]:
             shutil.rmtree(p)  # entries, records, report memo; out/ (bakery marks the new one)
         warm_s, rc, log = run_bake(pipeline, report_path)
         if rc != 0:
@@ -191,7 +192,8 @@ def measure(args, pipeline: Path, report_path: Path) -> int:
         "fill_device": fill_device,
         "fill_stages": stages,
         "cold_bake_warm_slang_s": warm_slang,
-        "phases": dict(phased["phases"], **{"process start and exit": round(phases_wall - sum(phased["phases"].values()), 3)}),
+        "phases": dict(phased["phases"],
+                       **{"process start and exit": round(phases_wall - sum(phased["phases"].values()), 3)}),
         "phased_rebake": {"wall_s": round(phases_wall, 3), "build_only_modules": phased["build_only_modules"],
                           "all_cached": phased["all_cached"]},
         "target_s": 2.0,
