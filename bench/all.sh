@@ -7,7 +7,7 @@
 #
 # NAME: suite | mipmap | fit | procedural | train_texture | ntc | ntc_scatter | ntc_updates | ntc_touched |
 #       ntc_repeat | ntc_options | backward_anatomy | neural_material | runners | scale | determinism |
-#       studio_library | library
+#       studio_library | rebake | library
 # The machine needs slangpy, a Vulkan driver and the packages pyproject.toml names (see README).
 set -u
 cd "$(dirname "$0")/.."
@@ -51,6 +51,8 @@ command_of() {
     backward_anatomy) echo "python3 bench/backward_anatomy.py --device vulkan" ;;
     neural_material) echo "python3 bench/neural_material.py --device vulkan" ;;
     runners)         echo "python3 bench/runners.py --device vulkan --jobs 2" ;;
+    # the default pipeline baked cold in a fresh folder (wall and compiles per stage), then re-baked cached
+    rebake)          echo "python3 bench/rebake.py --fresh" ;;
     scale)           echo "python3 bench/scale.py --device vulkan --gpus 1" ;;
     # the default pipeline baked twice locally (--verify-determinism) and once through Ray, byte for byte
     determinism)     echo "python3 bench/determinism.py --device vulkan --ray --out bench/out/determinism.json" ;;

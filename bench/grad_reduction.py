@@ -31,7 +31,6 @@ sys.path.insert(0, str(ROOT))
 
 from bakery.device import open_device  # noqa: E402
 from bakery.nn import parameters  # noqa: E402
-from bakery.nn import trainer as trainer_module  # noqa: E402
 from bakery.nn.encodings import FrequencyEncoding  # noqa: E402
 from bakery.nn.network import NetworkSpec  # noqa: E402
 from bakery.nn.optimizers import Adam  # noqa: E402
@@ -130,9 +129,6 @@ def main() -> int:
     p.add_argument("--steps-per-submit", type=int, default=50)
     p.add_argument("--only", default="", help="variant names (prefixes), separated by ';'")
     p.add_argument("--small", action="store_true", help="tiny CPU-sized job (batch 4096, 128^2, 20 steps)")
-    p.add_argument("--loss-scale", nargs="+", choices=("fused", "separate"), default=["fused"],
-                   help="each variant with the loss-scale step in Adam's last workgroup (the trainer's default) "
-                        "and/or in its own dispatch")
     p.add_argument("--out", default=str(ROOT / "bench" / "out" / "grad_reduction.json"))
     a = p.parse_args()
     if a.small:
@@ -153,15 +149,11 @@ def main() -> int:
         variants = {k: v for k, v in variants.items() if any(k.startswith(x) for x in keys)}
     rows = []
     for name, red in variants.items():
-        for scale in a.loss_scale:
-            trainer_module.FUSE_LOSS_SCALE = scale == "fused"
-            label = name if scale == "fused" else name + ", loss scale apart"
-            try:
-                rows.append(run_variant(a, dev, spec, target, params, ref, label, red))
-            except Exception as e:  # noqa: BLE001 - report the variant and go on with the others
-                rows.append({"variant": label, "error": str(e)[:500]})
-            print(json.dumps(rows[-1]), flush=True)
-    trainer_module.FUSE_LOSS_SCALE = True
+        try:
+            rows.append(run_variant(a, dev, spec, target, params, ref, name, red))
+        except Exception as e:  # noqa: BLE001 - report the variant and go on with the others
+            rows.append({"variant": name, "error": str(e)[:500]})
+        print(json.dumps(rows[-1]), flush=True)
     print(f"\n{'variant':44} {'ms/step':>8} {'Msamp/s':>8} {'PSNR':>6}  {'GPU us: train/reduce/optim':27} "
           "grad rel. err per layer")
     for r in rows:

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.experiments.ntc_scatter import NONE, latent_texture_fit
 from bench.experiments.reduction import forward_twice
 from click.testing import CliRunner
 
@@ -634,27 +635,26 @@ def test_latent_scatters_give_the_same_bits(device, steps, layout, size, bpp):
     narrower waves leave it to the H200's run of this test."""
     from bakery.nn.optimizers import Adam
     from bakery.nn.trainer import TrainConfig, Trainer
-    from bakery.stages.ntc.objective import LatentTextureFit
 
     if steps > 1 and device.coopvec:
         pytest.skip("CoopVec sums weight gradients in fp32 in any order: only the first step is exact")
     mat, image, point = _bricks_crop(size, bpp)
 
     def train(scatter: str, layout: str) -> np.ndarray:
-        obj = LatentTextureFit(device, image, point.grid, normal_channel=mat.normal_channel, noise_steps=steps,
-                               latent_scatter=scatter, **LAYOUTS[layout])
+        obj = latent_texture_fit(device, image, point.grid, normal_channel=mat.normal_channel, noise_steps=steps,
+                                 latent_scatter=scatter, **LAYOUTS[layout])
         tr = Trainer(device, point.network, obj, TrainConfig(steps=steps, batch=1000, optimizer=Adam(lr=5e-3), seed=4))
         before = obj.raw_latents()
         tr.train()
         after = obj.raw_latents()
         moved = np.count_nonzero(after != before)
-        assert (moved == 0) if scatter == "none" else (moved > before.size // 4)  # "none" is the diagnostic
+        assert (moved == 0) if scatter == NONE else (moved > before.size // 4)  # the lab's: no latent gradients
         return after
 
     thread = train("thread", layout)
     np.testing.assert_array_equal(thread, train("staged", layout))
     np.testing.assert_array_equal(thread, train("shuffle", layout))
-    train("none", layout)
+    train(NONE, layout)
     if layout != "texels":
         assert not np.array_equal(thread, train("thread", "texels"))
 

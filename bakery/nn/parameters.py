@@ -375,7 +375,7 @@ class ParameterStore:
         red, layers = self.reduction, self.spec.layers
         return "".join(f"#define {k} {v}\n" for k, v in (
             ("BK_GROUP", red.group), ("BK_MAX_GROUPS", red.max_groups), ("BK_STAGE", red.stage),
-            ("BK_GRAD_MODE", ("slices", "atomic", "splitk").index(red.mode)),
+            ("BK_GRAD_MODE", {"slices": 0, "splitk": 2}[red.mode]),
             ("BK_PARAM_COUNT", self.spec.param_count), ("BK_ROW_BYTES", self.row_bytes),
             ("BK_ACC_COUNT", self.acc_count), ("BK_MAX_IN", max(l.n_in for l in layers)),
             ("BK_MAX_OUT", max(l.n_out for l in layers)),

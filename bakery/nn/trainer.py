@@ -25,10 +25,6 @@ from bakery.nn.parameters import LOSS_SCALE_INTERVAL, LOSS_SCALE_MAX, ParameterS
 
 GROUP = 64  # numthreads of objective kernels other than train_step (decode, evaluation)
 
-#: The loss-scale step runs in Adam's last workgroup (nn/adam.slang); the same updates as
-#: a dispatch of its own, which benchmarks switch this off to time.
-FUSE_LOSS_SCALE = True
-
 
 class Objective(Protocol):
     """What a stage trains a network for: the Slang objective and its buffers."""
@@ -83,7 +79,7 @@ class Trainer:
                 raise ValueError("nothing to train: no network and no parameter groups")
             self.store = None
             self.source = objective.slang_source()
-            self._adam = self._scale = None
+            self._adam = None
         else:
             if type(config.optimizer) is not Adam:
                 raise ValueError(f"{type(config.optimizer).__name__} trains plain parameter groups only; "
@@ -96,8 +92,6 @@ class Trainer:
                            + program_source(spec, self.store.linear_args) + objective.slang_source())
             adam_source = self.store.defines() + '#include "nn/adam.slang"\n'
             self._adam = device.kernel(adam_source, "adam_step")
-            # the loss-scale step's own dispatch (FUSE_LOSS_SCALE off)
-            self._scale = device.kernel(adam_source, "loss_scale_update") if self.store.coopvec else None
         self._train = device.kernel(self.source, "train_step")
         self._reduce = None
         if self.store is not None and self.store.coopvec and self.store.reduction.mode == "splitk":
@@ -170,12 +164,9 @@ class Trainer:
         if self.store is not None and self.store.coopvec:
             words, n = self.store.weight_words, self.spec.param_count
             scaling = dict(norm=self.store.loss_norm, interval=float(LOSS_SCALE_INTERVAL), max_scale=LOSS_SCALE_MAX)
-            separate = not FUSE_LOSS_SCALE
             self._adam.dispatch([words, 1, 1], vars=self.store.optimizer_vars(), command_encoder=encoder,
                                 u=c.optimizer.uniforms(self.step + 1, lr, n, 1.0), words=words,
-                                slices=self.store.groups, fused_scale=int(not separate), **scaling)
-            if separate:
-                self._scale.dispatch([1, 1, 1], vars=self.store.optimizer_vars(), command_encoder=encoder, **scaling)
+                                slices=self.store.groups, **scaling)
         elif self.store is not None:
             n = self.spec.param_count
             self._adam.dispatch([n, 1, 1], vars=self.store.optimizer_vars(), command_encoder=encoder,
