@@ -292,6 +292,8 @@ def summarise(root: Path, run: dict, count: int, caches: str) -> dict:
                         "wall_s": round(sum(t.get("seconds") or 0.0 for t in mine), 2),
                         "gpu_busy_percent": run["gpu"].busy_percent(windows) if windows else None,
                         "phases_s": on, "overlapped_s": beside, "tasks_with_phases": len(windows),
+                        # the tasks' own thread outside training: where the trainer (the GPU) waits
+                        "host_on_path_s": round(sum(v for k, v in on.items() if k != "training"), 2),
                         "quality": stage_quality(kind, mine)}
     built_all = min(s["built"] for s in stages.values())
     row = {"caches": caches, "exit": run["exit"], "wall_s": round(run["wall_s"], 2), "materials": count,
@@ -317,15 +319,16 @@ def print_tables(rows: list[dict]) -> None:
               f"{_na(r['gpu_busy_percent']):>10} {_na(r['peak_gpu_mib']):>12}  {walls}"
               + ("" if r["exit"] == 0 else f"  FAILED (exit {r['exit']})"))
     cols = list(PHASES) + ["other"]
-    print(f"\nhost seconds by phase, summed over a stage's tasks (+x: beside training, overlapped)")
-    print(f"{'caches':7} {'stage':16} " + " ".join(f"{c:>13}" for c in cols))
+    print("\nhost seconds by phase, summed over a stage's tasks (+x: beside training, overlapped; "
+          "not training: the sum of the tasks' own thread outside training)")
+    print(f"{'caches':7} {'stage':16} " + " ".join(f"{c:>13}" for c in cols) + f" {'not training':>13}")
     for r in rows:
         for name, s in r["stages"].items():
             cells = []
             for c in cols:
                 v, o = s["phases_s"].get(c), s["overlapped_s"].get(c)
                 cells.append(f"{'' if v is None else v}{'' if o is None else f' +{o}'}" or "-")
-            print(f"{r['caches']:7} {name:16} " + " ".join(f"{c:>13}" for c in cells))
+            print(f"{r['caches']:7} {name:16} " + " ".join(f"{c:>13}" for c in cells) + f" {s['host_on_path_s']:>13}")
     print("\nquality against each stage's own baseline, same run")
     for r in rows:
         for name, s in r["stages"].items():
