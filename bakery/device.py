@@ -105,23 +105,28 @@ def compiler_versions() -> tuple[str, str]:
 
 
 def installed_compiler_versions() -> tuple[str, str] | None:
-    """slangpy's version from its distribution's metadata and the Slang build tag from
-    the name of the standard-module folder the wheel ships (``slang-standard-module-<tag>``),
-    without importing either; None where the installation does not show them."""
+    """slangpy's version from the metadata installed beside the package ``import slangpy``
+    finds, and the Slang build tag from the name of the standard-module folder the wheel
+    ships (``slang-standard-module-<tag>``), without importing either; None where the
+    installation does not show them unambiguously: no metadata beside the package (it was
+    copied, or is an editable build), or two (``pip install --target DIR --upgrade`` leaves
+    the old version's behind), or two tags."""
     import importlib.metadata
     import importlib.util
 
     try:
-        version = importlib.metadata.version("slangpy")
         spec = importlib.util.find_spec("slangpy")
-    except (importlib.metadata.PackageNotFoundError, ImportError, ValueError):
+    except (ImportError, ValueError):
         return None
-    if spec is None or not spec.submodule_search_locations:
+    if spec is None or spec.origin is None or not spec.submodule_search_locations:
         return None
-    tags = [p.name.removeprefix("slang-standard-module-")
-            for folder in spec.submodule_search_locations for p in Path(folder).glob("slang-standard-module-*")
+    package = Path(spec.origin).parent
+    # Only the distributions in the package's own folder: the first "slangpy" metadata on
+    # sys.path may belong to another installation than the package imported.
+    versions = {d.version for d in importlib.metadata.distributions(name="slangpy", path=[str(package.parent)])}
+    tags = [p.name.removeprefix("slang-standard-module-") for p in package.glob("slang-standard-module-*")
             if p.is_dir()]
-    return (version, tags[0]) if len(tags) == 1 else None
+    return (versions.pop(), tags[0]) if len(versions) == 1 and len(tags) == 1 else None
 
 
 def _nvidia_driver() -> str:
