@@ -77,3 +77,19 @@ def test_training_program_builds_for_coopvec(coopvec_stand_in, job, backward, mo
     assert ("#define BK_KEPT 1" in trainer.source) == (backward in ("default", "thread-stores"))
     assert ("#define BK_ACTS_COPY 1" in trainer.source) == (backward == "default")
     assert ("#define BK_ACTS_TILED 1" in trainer.source) == (backward == "default")
+
+
+def test_forward_twice_refuses_a_reduction_that_keeps_no_forward():
+    """The lab's forward_twice turns BK_KEPT off; on a reduction whose backward pass is not
+    generated there is nothing to turn off, and a benchmark would time the product unchanged."""
+    from tests.test_coopvec_layout import _FakeDevice
+
+    spec = NetworkSpec(FrequencyEncoding(2, 3), (64, 64), 3)
+    twice = forward_twice(parameters.ParameterStore.defines)
+    generated = parameters.ParameterStore(_FakeDevice(), spec, reduction=parameters.CoopVecReduction(
+        group=128, mode="splitk", generated_backward=True))
+    assert "#define BK_KEPT 0\n" in twice(generated) and "#define BK_KEPT 1\n" in generated.defines()
+    autodiff = parameters.ParameterStore(_FakeDevice(), spec, reduction=parameters.CoopVecReduction(
+        group=128, mode="splitk"))
+    with pytest.raises(ValueError, match="keeps no forward"):
+        twice(autodiff)

@@ -60,7 +60,11 @@ def forward_twice(defines):
     Network.forward, whose generated backward pass runs the forward again, rather than
     keeping the training sample's forward (what the kept forward saves)."""
     def patched(store) -> str:
-        return defines(store).replace("#define BK_KEPT 1\n", "#define BK_KEPT 0\n")
+        text = defines(store)
+        if store.coopvec and "#define BK_KEPT 1\n" not in text:  # else it would time the product unchanged
+            raise ValueError("forward_twice: this reduction keeps no forward (BK_KEPT is not 1); "
+                             "it needs generated_backward")
+        return text.replace("#define BK_KEPT 1\n", "#define BK_KEPT 0\n")
     return patched
 
 
