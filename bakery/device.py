@@ -88,17 +88,15 @@ class Toolchain:
 def compiler_versions() -> tuple[str, str]:
     """slangpy's version and the Slang compiler's build tag inside it.
 
-    Read from the installed files where slangpy is not imported yet: planning a cached
-    re-bake then never loads the compiler (about 0.2 s on a 2-core CPU). The files say
-    exactly what the import would (tests/test_startup.py checks both agree); where they
-    cannot tell, slangpy is imported and asked.
+    Read from the installed files: planning a cached re-bake then never loads the compiler
+    (about 0.2 s on a 2-core CPU). The files say exactly what the import would
+    (tests/test_startup.py checks both agree); where they cannot tell, slangpy is imported
+    and asked. Either way the answer does not depend on whether this process imported
+    slangpy already, so the planner's key and the worker's opened device always agree.
     """
-    import sys
-
-    if "slangpy" not in sys.modules:
-        found = installed_compiler_versions()
-        if found is not None:
-            return found
+    found = installed_compiler_versions()
+    if found is not None:
+        return found
     import slangpy as spy
 
     return str(spy.__version__), str(getattr(spy, "SLANG_BUILD_TAG", "unknown"))

@@ -42,13 +42,15 @@ def test_the_installed_files_name_the_compiler_the_import_reports():
     assert installed_compiler_versions() == (str(spy.__version__), str(spy.SLANG_BUILD_TAG))
 
 
-#: Prints what planning reads (the installed files) and what a worker reports (slangpy
-#: imported), for a slangpy found through PYTHONPATH.
-BOTH_READINGS = ("import json\n"
+#: Prints what the installed files say, what planning (slangpy not imported) and a worker
+#: (slangpy imported) report, and what slangpy says, for a slangpy found through PYTHONPATH.
+BOTH_READINGS = ("import json, sys\n"
                  "from bakery.device import compiler_versions, installed_compiler_versions\n"
                  "files = installed_compiler_versions()\n"
+                 "assert 'slangpy' not in sys.modules\n"
+                 "planned = compiler_versions()\n"
                  "import slangpy\n"
-                 "print(json.dumps([files, compiler_versions(), [slangpy.__version__, slangpy.SLANG_BUILD_TAG]]))\n")
+                 "print(json.dumps([files, planned, compiler_versions(), [slangpy.__version__, slangpy.SLANG_BUILD_TAG]]))\n")
 
 
 def _slangpy_at(target: Path, *dist_versions: str) -> None:
@@ -72,9 +74,9 @@ def test_the_installed_files_never_name_another_slangpy_than_the_import(tmp_path
     r = subprocess.run([sys.executable, "-c", BOTH_READINGS], cwd=tmp_path, env=env, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr
-    read, reported, imported = json.loads(r.stdout)
+    read, planned, opened, imported = json.loads(r.stdout)
     assert read == files
-    assert reported == imported == ["9.1.0", "2099.1"]
+    assert planned == opened == imported == ["9.1.0", "2099.1"]  # before and after the import alike
 
 
 def test_a_cached_rebake_imports_nothing_only_a_build_needs(tmp_path, monkeypatch):
