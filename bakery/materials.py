@@ -165,11 +165,12 @@ def unit_normals(stored: np.ndarray, *, where: str) -> tuple[np.ndarray, int]:
     return n / length[..., None], off
 
 
-def renormalize_normals(image: np.ndarray, normal_channel: int) -> np.ndarray:
-    """Unit-length normals in [0, 1] storage space (what the loss and engines see)."""
+def renormalize_normals(image: np.ndarray, normal_channel: int, *, in_place: bool = False) -> np.ndarray:
+    """Unit-length normals in [0, 1] storage space (what the loss and engines see);
+    ``in_place``: into ``image`` itself (a fresh decode nobody else holds), not a copy."""
     if normal_channel < 0:
         return image
-    out = image.copy()
+    out = image if in_place else image.copy()
     n = out[..., normal_channel:normal_channel + 3] * 2.0 - 1.0
     n /= np.sqrt((n * n).sum(-1, keepdims=True) + 1e-6)
     out[..., normal_channel:normal_channel + 3] = n * 0.5 + 0.5

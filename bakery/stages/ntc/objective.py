@@ -126,8 +126,11 @@ class LatentTextureFit(TexelObjective):
         w, h = self.grid.color_mips[mip]
         # noise=0: decodes see the exact rounding, even where training starts with noise.
         trainer.run_kernel("decode", w * h, dict(self.uniforms(0, 1, 0), lod=mip, noise=0))
-        out = self._output.to_numpy().view(np.float32)[: w * h * self.channels]
-        return out.reshape(h, w, self.channels).copy()
+        texels = self._output.to_numpy().view(np.float32)   # a fresh array, sized for mip 0
+        out = texels[: w * h * self.channels]
+        if out.size < texels.size:   # a smaller mip: its own array, not a view holding mip 0's
+            out = out.copy()
+        return out.reshape(h, w, self.channels)
 
     def decode(self, trainer) -> np.ndarray:
         return self.decode_mip(trainer, 0)

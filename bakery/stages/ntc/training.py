@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bakery import phases
-from bakery.imaging import mean_psnr, psnr, set_psnr
+from bakery.imaging import mean_psnr, psnr_uint8, set_psnr, to_uint8
 from bakery.materials import renormalize_normals
 from bakery.nn.optimizers import Adam
 from bakery.nn.trainer import TrainConfig, Trainer
@@ -50,7 +50,8 @@ class TrainedRate:
 
     def decode_mips(self, normal_channel: int) -> list[np.ndarray]:
         """Every colour mip as the decoder reproduces it (normals renormalised), mip 0 first."""
-        return [self.decoded] + [renormalize_normals(self.fit.decode_mip(self.trainer, m), normal_channel)
+        return [self.decoded] + [renormalize_normals(self.fit.decode_mip(self.trainer, m), normal_channel,
+                                                     in_place=True)
                                  for m in range(1, len(self.point.grid.color_mips))]
 
 
@@ -66,6 +67,7 @@ class SetTraining:
                                   schedule="cosine", seed=ctx.seed)
         self.freeze_step = self.config.steps - int(FREEZE_FRACTION * self.config.steps)
         self._bcn: dict[float, tuple[dict, dict]] = {}
+        self._quantized_sources: list[np.ndarray] | None = None   # scores' references, 8-bit
 
     def bcn_at(self, bpp: float) -> dict:
         """The BCn shipping set and its comparison at ``bpp``'s bytes (one encode per rate)."""
@@ -110,9 +112,14 @@ class SetTraining:
                                for r, (_, n) in zip(self.material.roles, self.material.slices)])
 
     def scores(self, fit: LatentTextureFit, trainer: Trainer) -> tuple[np.ndarray, dict[str, float]]:
+        """The whole set decoded and each texture's PSNR: the sources are quantised once
+        per material, not at every steering pause and probe."""
         m = self.material
-        decoded = renormalize_normals(fit.decode(trainer), m.normal_channel)
-        return decoded, {r: psnr(decoded[..., a:a + n], m.image[..., a:a + n]) for r, (a, n) in zip(m.roles, m.slices)}
+        if self._quantized_sources is None:
+            self._quantized_sources = [to_uint8(m.image[..., a:a + n]) for a, n in m.slices]
+        decoded = renormalize_normals(fit.decode(trainer), m.normal_channel, in_place=True)
+        return decoded, {r: psnr_uint8(to_uint8(decoded[..., a:a + n]), q)
+                         for r, (a, n), q in zip(m.roles, m.slices, self._quantized_sources)}
 
     def train(self, point: RatePoint) -> TrainedRate:
         with phases.time("training"):   # the pauses' decodes and the final one count as metrics
