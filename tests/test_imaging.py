@@ -39,9 +39,19 @@ def test_box_down_matches_the_gathered_formula(shape):
     assert out.dtype == image.dtype and np.array_equal(out, _reference_box_down(image))
 
 
-def test_normals_renormalised_in_place_match_a_copy():
-    image = np.random.default_rng(5).random((32, 32, 5), np.float32)
+def _reference_renormalize(image, c):
+    out = image.copy()
+    n = out[..., c:c + 3] * 2.0 - 1.0
+    n /= np.sqrt((n * n).sum(-1, keepdims=True) + 1e-6)
+    out[..., c:c + 3] = n * 0.5 + 0.5
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_normals_renormalised_as_the_plain_formula_in_place_or_not(dtype):
+    image = np.random.default_rng(5).random((64, 48, 5)).astype(dtype)
     copy = renormalize_normals(image, 1)
+    assert copy.dtype == dtype and np.array_equal(copy, _reference_renormalize(image, 1))
     assert not np.array_equal(copy, image)   # the copy left the input alone
     same = renormalize_normals(image, 1, in_place=True)
     assert same is image and np.array_equal(same, copy)
