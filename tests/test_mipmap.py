@@ -335,3 +335,20 @@ def test_progress_shows_the_training_loss(tmp_path):
     assert r.exit_code == 0, r.output
     losses = [float(v) for v in re.findall(r"mipmap bumpy: 8/8 loss=(\S+)", r.output)]
     assert losses and all(0.0 < v < 1.0 for v in losses), r.output
+
+
+def test_level_filters_share_block_means_and_match_filter_level():
+    from bakery.stages.mipmap.filters import FILTERS, LevelFilters
+
+    rng = np.random.default_rng(7)
+    normal = rng.normal(size=(32, 32, 3)).astype(np.float32)
+    normal /= np.linalg.norm(normal, axis=-1, keepdims=True)
+    rough = rng.random((32, 32, 1)).astype(np.float32)
+    filters = LevelFilters(normal, rough)
+    for level in (1, 2, 4):
+        for kind in FILTERS:
+            got, want = filters(level, kind), filter_level(normal, rough, level, kind)
+            assert all(np.array_equal(g, w) and g.dtype == w.dtype for g, w in zip(got, want))
+    assert filters(1, "box") is filters(1, "box")   # filtered once
+    with pytest.raises(ValueError, match="unknown mip filter"):
+        filters(1, "gauss")

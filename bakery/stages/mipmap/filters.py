@@ -33,10 +33,36 @@ def _normalize(v: np.ndarray) -> np.ndarray:
 
 def filter_level(normal0: np.ndarray, rough0: np.ndarray, level: int, kind: str) -> tuple[np.ndarray, np.ndarray]:
     """(unit normals [h, w, 3], perceptual roughness [h, w, 1]) of ``level`` by filter ``kind``."""
+    _check(kind)
+    return _filter(_block_mean(normal0.astype(np.float64), level), _block_mean(rough0.astype(np.float64), level), kind)
+
+
+class LevelFilters:
+    """:func:`filter_level` of one material, for every level and filter a bake asks for:
+    level 0 converted to float64 once and each level's block means taken once, whichever
+    filters then use them (the start, each baseline chain), with the same results."""
+
+    def __init__(self, normal0: np.ndarray, rough0: np.ndarray):
+        self._normal0, self._rough0 = normal0.astype(np.float64), rough0.astype(np.float64)
+        self._means: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._filtered: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
+
+    def __call__(self, level: int, kind: str) -> tuple[np.ndarray, np.ndarray]:
+        _check(kind)
+        if (level, kind) not in self._filtered:
+            if level not in self._means:
+                self._means[level] = (_block_mean(self._normal0, level), _block_mean(self._rough0, level))
+            self._filtered[level, kind] = _filter(*self._means[level], kind)
+        return self._filtered[level, kind]
+
+
+def _check(kind: str) -> None:
     if kind not in FILTERS:
         raise ValueError(f"unknown mip filter {kind!r} (known: {', '.join(FILTERS)})")
-    mean_n = _block_mean(normal0.astype(np.float64), level)
-    rough = _block_mean(rough0.astype(np.float64), level)
+
+
+def _filter(mean_n: np.ndarray, rough: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """A level's filter from its float64 block means of the level-0 normals and roughness."""
     length = np.clip(np.linalg.norm(mean_n, axis=-1, keepdims=True), _EPS, 1.0)
     normal = _normalize(mean_n)
     if kind == "box":

@@ -19,7 +19,7 @@ import numpy as np
 from bakery import phases
 from bakery.nn.parameters import PlainParameters, make_buffer
 from bakery.stages.mipmap.chain import MipChain
-from bakery.stages.mipmap.filters import filter_level
+from bakery.stages.mipmap.filters import LevelFilters
 from bakery.stages.mipmap.material import MipMaterial
 
 GROUP = 64
@@ -65,8 +65,8 @@ class MipFit:
         levels = range(1, chain.deepest + 1)
         if init not in STARTS:
             raise ValueError(f"unknown start {init!r} (known: {', '.join(STARTS)})")
-        start = [filter_level(material.normal, material.roughness, l, "box" if init == "best" else init)
-                 for l in levels]
+        self._filters = LevelFilters(material.normal, material.roughness)
+        start = [self._filters(l, "box" if init == "best" else init) for l in levels]
         self.normal_base = chain.pack([n for n, _ in start])
         self.rough_base = np.clip(chain.pack([r for _, r in start]), MIN_ROUGHNESS, 1.0)
         self.normal_scale = np.maximum(self.rough_base ** 2, MIN_NORMAL_SCALE)
@@ -195,9 +195,9 @@ class MipFit:
         """A classical filter's chain (box-filtered albedo), packed like :meth:`trained`;
         filtered once (choosing the start filters them all, the metrics again)."""
         if kind not in self._baselines:
-            m, levels = self.material, range(1, self.chain.deepest + 1)
+            levels = range(1, self.chain.deepest + 1)
             with phases.time("baselines"):
-                out = [filter_level(m.normal, m.roughness, l, kind) for l in levels]
+                out = [self._filters(l, kind) for l in levels]
                 self._baselines[kind] = (self.chain.pack([n for n, _ in out]), self.chain.pack([r for _, r in out]),
                                          self.albedo_mips)
         return self._baselines[kind]
