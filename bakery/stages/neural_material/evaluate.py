@@ -21,7 +21,14 @@ def display(brdf_cos: np.ndarray) -> np.ndarray:
 
 
 def psnr_pooled(teachers: list[np.ndarray], students: list[np.ndarray]) -> float:
-    mse = np.mean([np.mean((display(t) - display(s)) ** 2) for t, s in zip(teachers, students)])
+    return psnr_of_displays([display(t) for t in teachers], [display(s) for s in students])
+
+
+def psnr_of_displays(teachers: list[np.ndarray], students: list[np.ndarray]) -> float:
+    """:func:`psnr_pooled` of renders already through :func:`display` (a bake shows each
+    render once and scores it several times: pooled, per direction, against the uniform
+    material, in the previews)."""
+    mse = np.mean([np.mean((t - s) ** 2) for t, s in zip(teachers, students)])
     return psnr_from_mse(max(float(mse), 1e-20))
 
 
@@ -38,7 +45,11 @@ def flip_mean(teachers: list[np.ndarray], students: list[np.ndarray]) -> float:
 
 def preview(teacher: np.ndarray, student: np.ndarray) -> np.ndarray:
     """Teacher | student | 4x absolute difference, side by side."""
-    a, b = display(teacher), display(student)
+    return preview_of_displays(display(teacher), display(student))
+
+
+def preview_of_displays(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """:func:`preview` of renders already through :func:`display`."""
     return np.concatenate([a, b, np.clip(4.0 * np.abs(a - b), 0.0, 1.0)], axis=1)
 
 

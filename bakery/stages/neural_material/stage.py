@@ -20,7 +20,8 @@ from bakery.nn.optimizers import SCHEDULES, Adam
 from bakery.nn.trainer import TrainConfig, Trainer
 from bakery.progress import TrainingProgress
 from bakery.shading.layered import QUADRATURES, LayerConstants
-from bakery.stages.neural_material.evaluate import FLIP_CROP, flip_mean, preview, psnr_pooled
+from bakery.stages.neural_material.evaluate import FLIP_CROP, display, flip_mean, preview_of_displays, \
+    psnr_of_displays
 from bakery.stages.neural_material.finetune import LatentFinetune, finetune_latents
 from bakery.stages.neural_material.material import mip_chain, material_params
 from bakery.stages.neural_material.objective import (DIRECTIONS, LOSSES, NORMAL_EPS, OUTPUT_GAIN,
@@ -202,14 +203,18 @@ class NeuralMaterial(Stage):
             directions = held_out_directions(params["eval_directions"])
             teachers = [obj.render(trainer, "teacher", wi, wo) for wi, wo in directions]
             students = [obj.render(trainer, "student", wi, wo) for wi, wo in directions]
-            quality_psnr = psnr_pooled(teachers, students)
-            quality_flip = flip_mean(teachers, students)
+            # each render through the display transform once: scored pooled, per direction,
+            # against the uniform material and shown in the previews
+            shown_teachers, shown_students = [display(t) for t in teachers], [display(s) for s in students]
+            quality_psnr = psnr_of_displays(shown_teachers, shown_students)
+            quality_flip = flip_mean(teachers, students)   # on the raw renders' crops, as it always has
+            del teachers, students   # only their displays are needed from here
         # the baseline: the uniform material (the set's mean parameters) shaded by the same teacher
         with phases.time("baselines"):
             obj.bind_material(uniform_material(base))
-            uniform = [obj.render(trainer, "teacher", wi, wo) for wi, wo in directions]
+            shown_uniform = [display(obj.render(trainer, "teacher", wi, wo)) for wi, wo in directions]
             obj.bind_material(base)
-            uniform_psnr = psnr_pooled(teachers, uniform)
+            uniform_psnr = psnr_of_displays(shown_teachers, shown_uniform)
 
         timing = None
         if dclass == "gpu" and params["time_points"]:
@@ -236,9 +241,9 @@ class NeuralMaterial(Stage):
                 role="shader")
             for k in range(min(3, len(directions))):
                 j = k * (len(directions) - 1) // 2  # random, in between, near-mirror
-                out.write_png(f"preview_{k}.png", preview(teachers[j], students[j]))
+                out.write_png(f"preview_{k}.png", preview_of_displays(shown_teachers[j], shown_students[j]))
             # the baseline beside it: teacher | uniform material | difference, the first direction
-            out.write_png("uniform_preview.png", preview(teachers[0], uniform[0]))
+            out.write_png("uniform_preview.png", preview_of_displays(shown_teachers[0], shown_uniform[0]))
 
         metrics = {"psnr_db": round(quality_psnr, 3), "flip": round(quality_flip, 5),
                    "speedup": None if timing is None or timing["speedup"] is None else round(timing["speedup"], 3),
@@ -263,8 +268,8 @@ class NeuralMaterial(Stage):
                               "finetune_steps": params["finetune_steps"], "finetune_lr": params["finetune_lr"]},
                  "evaluation": {"directions": directions.round(6).tolist(), "display": "Reinhard(pi * f), sRGB",
                                 "psnr": "pooled MSE over all renders",
-                                "psnr_db_per_direction": [round(psnr_pooled([t], [s]), 3)
-                                                          for t, s in zip(teachers, students)],
+                                "psnr_db_per_direction": [round(psnr_of_displays([t], [s]), 3)
+                                                          for t, s in zip(shown_teachers, shown_students)],
                                 "flip": f"mean of per-render LDR FLIP, centre crop <= {FLIP_CROP}^2"},
                  "timing": timing}
         ctx.log.info("%s: %dx%d, %d latents, PSNR %.2f dB (uniform material %.2f), FLIP %.4f, speedup %s", inp.name,
