@@ -287,3 +287,18 @@ def test_a_single_channel_role_from_a_colour_file_says_which_channel_it_kept(tmp
     assert r.exit_code == 0, r.output
     log = (tmp_path / "out" / "logs" / "nm" / "lib" / "rock.log").read_text()
     assert t.notes[0] in log and "channels = { metalness" not in log
+
+
+def test_files_read_together_still_fail_on_the_first_unreadable_one_by_name(tmp_path):
+    # a material's files decode on threads (materials._read_files); an unreadable one is
+    # still one clear error naming that file and the role that asked for it
+    rng = np.random.default_rng(2)
+    for name in ("albedo", "normal", "roughness"):
+        (tmp_path / f"{name}.png").write_bytes(encode_png(rng.random((16, 16, 3), np.float32)))
+    (tmp_path / "metalness.png").write_bytes(b"not a png")
+    files = {r: tmp_path / f"{r}.png" for r in ("albedo", "normal", "roughness", "metalness")}
+    with pytest.raises(UsageError) as err:
+        load_textures(files)
+    assert "metalness.png" in str(err.value) and err.value.key == "metalness"
+    files.pop("metalness")
+    assert sorted(load_textures(files).maps) == ["albedo", "normal", "roughness"]
