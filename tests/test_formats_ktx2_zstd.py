@@ -232,3 +232,19 @@ def test_bundle_writer_passes_supercompression_through(tmp_path):
     b = read_bundle(tmp_path / "b")
     assert b.textures["albedo.ktx2"].levels == b.textures["plain.ktx2"].levels
     assert b.textures["bc.ktx2"].levels == bc7_texture(8, 8).levels
+
+
+def test_a_texture_encoded_beforehand_is_written_as_write_texture_would(tmp_path):
+    # stages encode a zstd KTX2 on side work (encode_texture) and write it later
+    from bakery.formats.bundle import encode_texture
+
+    img = smooth(32, 32)
+    direct, later = BundleWriter(tmp_path / "a"), BundleWriter(tmp_path / "b")
+    direct.write_texture("albedo.ktx2", "rgba8_unorm", [img, smooth(16, 16)], supercompression="zstd")
+    encoded = encode_texture("albedo.ktx2", "rgba8_unorm", [img, smooth(16, 16)], supercompression="zstd")
+    later.write_texture("albedo.ktx2", encoded=encoded)
+    with pytest.raises(ValueError, match="albedo.ktx2"):
+        later.write_texture("other.ktx2", encoded=encoded)
+    a, b = direct.finalize(dict(FIELDS)), later.finalize(dict(FIELDS))
+    assert (tmp_path / "a" / "albedo.ktx2").read_bytes() == (tmp_path / "b" / "albedo.ktx2").read_bytes()
+    assert a["textures"] == b["textures"] and a["files"] == b["files"]

@@ -14,7 +14,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -44,6 +44,42 @@ def check_file_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME.match(name) or ".." in name or name == MANIFEST_NAME:
         raise ValueError(f"bad bundle file name {name!r} (use letters, digits, '._-', at most one '/')")
     return name
+
+
+class EncodedTexture(NamedTuple):
+    """A texture file's bytes (:func:`encode_texture`) and what the manifest records of it."""
+
+    name: str
+    texture: Texture
+    data: bytes
+
+
+def encode_texture(name: str, format: str | None = None, mips: Sequence | None = None, *,
+                   texture: Texture | None = None, width: int | None = None, height: int | None = None,
+                   array: bool | None = None, supercompression: str = "none") -> EncodedTexture:
+    """A DDS (``.dds``) or KTX2 (``.ktx2``) texture file, chosen by the name's extension: a
+    pure function, so a stage may run it on side work and write the result later.
+
+    Either pass a :class:`Texture` or ``format`` + ``mips`` as for
+    :func:`bakery.formats.texture.make_texture` (uncompressed: arrays [H, W, C] or
+    [layers, H, W, C] per mip, floats in [0, 1] quantised for UNORM; BCn: bytes per
+    mip, or a list of bytes per layer, with ``width``/``height``). ``supercompression``
+    (``"none"`` or ``"zstd"``) applies to ``.ktx2`` only; DDS has no supercompression.
+    """
+    from bakery.formats.dds import write_dds
+    from bakery.formats.ktx2 import write_ktx2
+    suffix = Path(name).suffix.lower()
+    if suffix not in TEXTURE_CONTAINERS:
+        raise ValueError(f"texture {name!r} must end in .dds or .ktx2")
+    if suffix == ".dds" and supercompression != "none":
+        raise ValueError(f"texture {name!r}: DDS has no supercompression ({supercompression!r} needs .ktx2)")
+    with phases.time("encoding"):
+        if texture is None:
+            if format is None or mips is None:
+                raise ValueError("write_texture needs texture= or format and mips")
+            texture = make_texture(format, mips, width=width, height=height, array=array)
+        data = write_dds(texture) if suffix == ".dds" else write_ktx2(texture, supercompression=supercompression)
+    return EncodedTexture(name, texture, data)
 
 
 class BundleWriter:
@@ -142,30 +178,18 @@ class BundleWriter:
     # -- textures ----------------------------------------------------------------------
     def write_texture(self, name: str, format: str | None = None, mips: Sequence | None = None, *,
                       texture: Texture | None = None, width: int | None = None, height: int | None = None,
-                      array: bool | None = None, role: str = "texture", supercompression: str = "none") -> Path:
-        """Writes a DDS (``.dds``) or KTX2 (``.ktx2``) texture, chosen by the name's extension.
-
-        Either pass a :class:`Texture` or ``format`` + ``mips`` as for
-        :func:`bakery.formats.texture.make_texture` (uncompressed: arrays [H, W, C] or
-        [layers, H, W, C] per mip, floats in [0, 1] quantised for UNORM; BCn: bytes per
-        mip, or a list of bytes per layer, with ``width``/``height``). ``supercompression``
-        (``"none"`` or ``"zstd"``) applies to ``.ktx2`` only; DDS has no supercompression.
-        """
-        from bakery.formats.dds import write_dds
-        from bakery.formats.ktx2 import write_ktx2
-        suffix = Path(name).suffix.lower()
-        if suffix not in TEXTURE_CONTAINERS:
-            raise ValueError(f"texture {name!r} must end in .dds or .ktx2")
-        if suffix == ".dds" and supercompression != "none":
-            raise ValueError(f"texture {name!r}: DDS has no supercompression ({supercompression!r} needs .ktx2)")
-        with phases.time("encoding"):
-            if texture is None:
-                if format is None or mips is None:
-                    raise ValueError("write_texture needs texture= or format and mips")
-                texture = make_texture(format, mips, width=width, height=height, array=array)
-            data = write_dds(texture) if suffix == ".dds" else write_ktx2(texture, supercompression=supercompression)
-        path = self.write_bytes(name, data, role=role)
-        self._textures[name] = texture_record(texture)
+                      array: bool | None = None, role: str = "texture", supercompression: str = "none",
+                      encoded: EncodedTexture | None = None) -> Path:
+        """Writes a DDS (``.dds``) or KTX2 (``.ktx2``) texture, chosen by the name's extension:
+        what :func:`encode_texture` makes of the arguments, or ``encoded``, its result for
+        this name made earlier (beside other work: a zstd KTX2 of 2K latents takes seconds)."""
+        if encoded is None:
+            encoded = encode_texture(name, format, mips, texture=texture, width=width, height=height, array=array,
+                                     supercompression=supercompression)
+        elif encoded.name != name:
+            raise ValueError(f"texture {name!r} given the encoding of {encoded.name!r}")
+        path = self.write_bytes(name, encoded.data, role=role)
+        self._textures[name] = texture_record(encoded.texture)
         return path
 
     # -- manifest ----------------------------------------------------------------------

@@ -16,8 +16,10 @@ import numpy as np
 
 from bakery import phases
 from bakery.errors import UsageError
+from bakery.formats.bundle import encode_texture
 from bakery.nn.optimizers import SCHEDULES, Adam
 from bakery.nn.trainer import TrainConfig, Trainer
+from bakery.overlap import SideWork
 from bakery.progress import TrainingProgress
 from bakery.shading.layered import QUADRATURES, LayerConstants
 from bakery.stages.neural_material.evaluate import FLIP_CROP, display, flip_mean, preview_of_displays, \
@@ -57,6 +59,12 @@ PRESETS = Presets({
                       "eval_directions": 8}},
 })
 LATENT_FORMATS = ("unorm8", "fp16")
+
+
+def _encode_preview(shown_teacher: np.ndarray, shown_student: np.ndarray) -> bytes:
+    from bakery.formats.images import encode_png
+
+    return encode_png(preview_of_displays(shown_teacher, shown_student))
 
 
 def quantize(levels: list[np.ndarray], fmt: str):
@@ -196,54 +204,58 @@ class NeuralMaterial(Stage):
                              params["finetune_steps"], time.perf_counter() - started)
             decoded = [bias.astype(np.float32) + scale.astype(np.float32) * s for s in stored]
 
-        # Quality after quantisation, level 0.
-        with phases.time("metrics"):
-            obj.bind_material(base)
-            obj.bind_latents(decoded[0])
-            directions = held_out_directions(params["eval_directions"])
-            teachers = [obj.render(trainer, "teacher", wi, wo) for wi, wo in directions]
-            students = [obj.render(trainer, "student", wi, wo) for wi, wo in directions]
-            # each render through the display transform once: scored pooled, per direction,
-            # against the uniform material and shown in the previews
-            shown_teachers, shown_students = [display(t) for t in teachers], [display(s) for s in students]
-            quality_psnr = psnr_of_displays(shown_teachers, shown_students)
-            quality_flip = flip_mean(teachers, students)   # on the raw renders' crops, as it always has
-            del teachers, students   # only their displays are needed from here
-        # the baseline: the uniform material (the set's mean parameters) shaded by the same teacher
-        with phases.time("baselines"):
-            obj.bind_material(uniform_material(base))
-            shown_uniform = [display(obj.render(trainer, "teacher", wi, wo)) for wi, wo in directions]
-            obj.bind_material(base)
-            uniform_psnr = psnr_of_displays(shown_teachers, shown_uniform)
+        fmt = "rgba8_unorm" if params["latent_format"] == "unorm8" else "rgba16f"
+        mips = [np.ascontiguousarray(s.reshape(s.shape[0], s.shape[1], n // 4, 4).transpose(2, 0, 1, 3))
+                for s in stored]
+        with SideWork() as side:   # the zstd KTX2 and the previews encode beside the renders (bakery.overlap)
+            ktx2 = side.submit("encoding", encode_texture, "latents.ktx2", fmt, mips, array=True,
+                               supercompression="zstd")   # seconds of zstd at level 19 for 2K latents
+            # Quality after quantisation, level 0.
+            with phases.time("metrics"):
+                obj.bind_material(base)
+                obj.bind_latents(decoded[0])
+                directions = held_out_directions(params["eval_directions"])
+                teachers = [obj.render(trainer, "teacher", wi, wo) for wi, wo in directions]
+                students = [obj.render(trainer, "student", wi, wo) for wi, wo in directions]
+                # each render through the display transform once: scored pooled, per direction,
+                # against the uniform material and shown in the previews
+                shown_teachers, shown_students = [display(t) for t in teachers], [display(s) for s in students]
+                quality_psnr = psnr_of_displays(shown_teachers, shown_students)
+                quality_flip = flip_mean(teachers, students)   # on the raw renders' crops, as it always has
+                del teachers, students   # only their displays are needed from here
+            # the baseline: the uniform material (the set's mean parameters) shaded by the same teacher
+            with phases.time("baselines"):
+                obj.bind_material(uniform_material(base))
+                shown_uniform = [display(obj.render(trainer, "teacher", wi, wo)) for wi, wo in directions]
+                obj.bind_material(base)
+                uniform_psnr = psnr_of_displays(shown_teachers, shown_uniform)
+            shown = {f"preview_{k}.png": (shown_teachers[j], shown_students[j])   # random, in between, near-mirror
+                     for k, j in ((k, k * (len(directions) - 1) // 2) for k in range(min(3, len(directions))))}
+            # the baseline beside them: teacher | uniform material | difference, the first direction
+            shown["uniform_preview.png"] = (shown_teachers[0], shown_uniform[0])
+            previews = {name: side.submit("encoding", _encode_preview, *pair) for name, pair in shown.items()}
 
-        timing = None
-        if dclass == "gpu" and params["time_points"]:
-            timing = obj.speed_against_teacher(trainer, params["time_points"])
+            timing = None
+            if dclass == "gpu" and params["time_points"]:
+                timing = obj.speed_against_teacher(trainer, params["time_points"])
 
-        with phases.time("encoding"):
-            decoder = stack["Network"]
-            out = ctx.out
-            out.write_weights("weights.bin", decoder, nets["Network"])
-            # The encoder runs only while baking; it ships for re-baking and inspection.
-            out.write_weights("encoder.bin", stack["Encoder"], nets["Encoder"], dtype="float32", network="encoder")
-            fmt = "rgba8_unorm" if params["latent_format"] == "unorm8" else "rgba16f"
-            mips = [np.ascontiguousarray(s.reshape(s.shape[0], s.shape[1], n // 4, 4).transpose(2, 0, 1, 3))
-                    for s in stored]
-            for ext in ("dds", "ktx2"):
-                out.write_texture(f"latents.{ext}", fmt, mips, array=True, role="latents",
-                                  supercompression="zstd" if ext == "ktx2" else "none")
-            out.write_decoder_artifacts(decoder, params=nets["Network"], shaders=("slang", "hlsl", "webgl"))
-            for lang, ext in (("slang", "slang"), ("hlsl", "hlsl")):
-                text = generate_material_eval(decoder, n, scale, bias, lang, directions=directions_mode)
-                out.write_bytes(f"material_eval.{ext}", text.encode(), role="shader")
-            out.write_bytes("material_eval.webgl.glsl", generate_material_eval_webgl(
-                decoder, n, scale, bias, directions=directions_mode, prefix=f"{out.symbol_prefix}_material").encode(),
-                role="shader")
-            for k in range(min(3, len(directions))):
-                j = k * (len(directions) - 1) // 2  # random, in between, near-mirror
-                out.write_png(f"preview_{k}.png", preview_of_displays(shown_teachers[j], shown_students[j]))
-            # the baseline beside it: teacher | uniform material | difference, the first direction
-            out.write_png("uniform_preview.png", preview_of_displays(shown_teachers[0], shown_uniform[0]))
+            with phases.time("encoding"):
+                decoder = stack["Network"]
+                out = ctx.out
+                out.write_weights("weights.bin", decoder, nets["Network"])
+                # The encoder runs only while baking; it ships for re-baking and inspection.
+                out.write_weights("encoder.bin", stack["Encoder"], nets["Encoder"], dtype="float32", network="encoder")
+                out.write_texture("latents.dds", fmt, mips, array=True, role="latents")
+                out.write_texture("latents.ktx2", encoded=ktx2.result(), role="latents")
+                out.write_decoder_artifacts(decoder, params=nets["Network"], shaders=("slang", "hlsl", "webgl"))
+                for lang, ext in (("slang", "slang"), ("hlsl", "hlsl")):
+                    text = generate_material_eval(decoder, n, scale, bias, lang, directions=directions_mode)
+                    out.write_bytes(f"material_eval.{ext}", text.encode(), role="shader")
+                out.write_bytes("material_eval.webgl.glsl", generate_material_eval_webgl(
+                    decoder, n, scale, bias, directions=directions_mode, prefix=f"{out.symbol_prefix}_material").encode(),
+                    role="shader")
+                for name, png in previews.items():
+                    out.write_bytes(name, png.result(), role="preview")
 
         metrics = {"psnr_db": round(quality_psnr, 3), "flip": round(quality_flip, 5),
                    "speedup": None if timing is None or timing["speedup"] is None else round(timing["speedup"], 3),
