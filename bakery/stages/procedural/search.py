@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from bakery.baselines.resample import downsample_area
-from bakery.stages.procedural import texture_stats
+from bakery.stages.procedural import locate, texture_stats
 from bakery.stages.procedural.dsl import (COLOUR_STEP, INTEGER, RATIONAL, Node, complexity, flatten, instructions,
                                           param_scales, param_snaps, periodic, with_params)
 from bakery.stages.procedural.fit import FitConfig, fit_jobs, screen_jobs
@@ -334,7 +334,11 @@ class Search:
         h, w = self.target.shape[:2]
         for gen in range(cfg.generations):
             if gen == 0:
-                proposals = [(p, "builtin") for p in self.builtin.initial()]
+                # Every primitive, those the target's own structure locates (noise where
+                # the correlation puts it, rings about its centre) with their parameters.
+                located = {p.key(): p for p in locate.proposals(self.detail, tile=cfg.tile)}
+                initial = [located.pop(p.key(), p) for p in self.builtin.initial()]
+                proposals = [(p, "builtin") for p in initial] + [(p, "located") for p in located.values()]
             else:
                 proposals = [(p, "builtin") for p in
                              self.builtin.propose([c.program for c in self.beam()], self.rng, cfg.population,
@@ -352,7 +356,7 @@ class Search:
                 fresh.append((p, origin))
             # Generation 0 tries every primitive; the command's programs always get fitted.
             external = sum(1 for _, origin in fresh if origin == "cmd")
-            fresh = fresh[: external + (len(self.builtin.initial()) if gen == 0 else cfg.population)]
+            fresh = fresh[: external + (len(proposals) if gen == 0 else cfg.population)]
             if not fresh:
                 break
             for c in self._fit(fresh, gen, cfg.fit):
