@@ -17,10 +17,10 @@ from typing import Sequence
 import numpy as np
 
 from bakery.baselines.resample import downsample_area
-from bakery.stages.procedural import locate, texture_stats
+from bakery.stages.procedural import locate, ramps, texture_stats
 from bakery.stages.procedural.dsl import (COLOUR_STEP, INTEGER, RATIONAL, Node, complexity, flatten, instructions,
                                           param_scales, param_snaps, periodic, with_params)
-from bakery.stages.procedural.fit import FitConfig, fit_jobs, screen_jobs
+from bakery.stages.procedural.fit import FitConfig, JobResult, fit_jobs, render_jobs, screen_jobs
 
 
 SCREEN_SIZE = 64
@@ -28,6 +28,9 @@ SCREEN_SIZE = 64
 SCREEN_DRAWS = 16
 #: The snapping phase judges snaps on the target at this size (at most).
 SNAP_SIZE = 128
+#: A ramp is solved before its structure's fit when that explains this share of the
+#: target's variance (search.Search._project).
+PROJECT_BEFORE_FIT = 0.5
 #: Denominators a person writes, simplest first: a snap takes the first that keeps the loss.
 DENOMINATORS = {RATIONAL: (1, 2, 4, 5, 8, 10, 20, 100, 1000), COLOUR_STEP: (1, 2, 4, 5, 10, 20, 100, 255)}
 
@@ -312,7 +315,18 @@ class Search:
             keep = [s * draws + r for s in range(len(programs))
                     for r in [0] + sorted(range(1, draws), key=lambda r: (distance[s, r], r))[: restarts - 1]]
             jobs = [(jobs[i][0], _orient_ramp(structures[jobs[i][0]], jobs[i][1], corr[i])) for i in keep]
-        results = fit_jobs(self.device, target, stats, structures, jobs, fit)
+        # Where the field of a structure's first start already explains most of the target,
+        # the same start with its ramp solved is fitted as well (an extra job: solved
+        # colours can also hold a misplaced edge in place, fading towards the mean where it
+        # is wrong); after the fit every ramp is solved where that helps.
+        first = {}
+        for s, values in jobs:
+            first.setdefault(s, values)
+        starts = [(s, v) for s, v in first.items()]
+        solved = self._project(target, structures, starts, min_explained=PROJECT_BEFORE_FIT)
+        jobs = list(jobs) + [j for j, (_, v) in zip(solved, starts) if not np.array_equal(j[1], v)]
+        results = self._better_ramps(target, stats, structures, fit_jobs(self.device, target, stats, structures,
+                                                                        jobs, fit), fit)
         best: dict[int, Candidate] = {}
         for r in results:
             program, origin = programs[r.structure]
@@ -324,6 +338,55 @@ class Search:
             if r.structure not in best or c.score < best[r.structure].score:
                 best[r.structure] = c
         return [best[i] for i in sorted(best)]
+
+    def _project(self, target: np.ndarray, structures: Sequence[Node], jobs: Sequence[tuple[int, np.ndarray]],
+                 min_explained: float = -np.inf) -> list[tuple[int, np.ndarray]]:
+        """Jobs with their root ramp solved for the field their parameters draw (ramps.py):
+        the fields of all of them rendered in one dispatch, then positions and colours
+        replaced where the solved ramp explains at least ``min_explained`` of the target's
+        variance. Jobs without a root ramp, or whose field is not finite, are unchanged."""
+        todo = [i for i, (s, _) in enumerate(jobs) if ramps.projectable(structures[s])]
+        if not todo:
+            return list(jobs)
+        readers, index, field_jobs = [], {}, []
+        for i in todo:
+            s, values = jobs[i]
+            reader, reader_values = ramps.field_reader(structures[s], values)
+            k = reader.key()
+            if k not in index:
+                index[k] = len(readers)
+                readers.append(reader)
+            field_jobs.append((index[k], reader_values))
+        h, w = target.shape[:2]
+        renders = render_jobs(self.device, readers, field_jobs, w, h, tile=self.config.fit.tile)
+        variance = max(1e-12, float(np.mean((target - target.reshape(-1, 3).mean(axis=0)) ** 2)))
+        out = list(jobs)
+        for i, render in zip(todo, renders):
+            s, values = jobs[i]
+            if not np.isfinite(render).all():
+                continue
+            n = int(structures[s].attr["stops"])
+            positions, colours, mse = ramps.project(ramps.field_values(render), target, np.asarray(values[:n]))
+            if 1.0 - mse / variance >= min_explained:
+                out[i] = (s, ramps.with_ramp(structures[s], values, positions, colours))
+        return out
+
+    def _better_ramps(self, target: np.ndarray, stats: np.ndarray, structures: Sequence[Node],
+                      results: Sequence[JobResult], fit: FitConfig) -> list[JobResult]:
+        """Each fitted job, or the same with its root ramp solved (_project) where that
+        lowers the image loss (pixel and texture terms: the solve sees only pixels)."""
+        projected = self._project(target, structures, [(r.structure, r.params) for r in results])
+        changed = [i for i, (r, (_, v)) in enumerate(zip(results, projected)) if not np.array_equal(r.params, v)]
+        if not changed:
+            return list(results)
+        judged = fit_jobs(self.device, target, stats, structures, [projected[i] for i in changed],
+                          FitConfig(**{**fit.__dict__, "steps": 0}))
+        out = list(results)
+        for i, j in zip(changed, judged):
+            r = results[i]
+            if j.pixel_mse + fit.texture_weight * j.texture_loss < r.pixel_mse + fit.texture_weight * r.texture_loss:
+                out[i] = j
+        return out
 
     def beam(self) -> list[Candidate]:
         ranked = sorted(self.evaluated.values(), key=lambda c: (c.score, c.nodes, c.program.key()))
