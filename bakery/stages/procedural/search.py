@@ -31,6 +31,9 @@ SNAP_SIZE = 128
 #: A ramp is solved before its structure's fit when that explains this share of the
 #: target's variance (search.Search._project).
 PROJECT_BEFORE_FIT = 0.5
+#: Each phase scanned after a fit, its ramp solved at every value (Search._better_ramps):
+#: (values either side, step) per round, each round around the best of the one before.
+PHASE_SCAN = ((8, 1 / 16), (8, 1 / 128), (8, 1 / 1024))
 #: Denominators a person writes, simplest first: a snap takes the first that keeps the loss.
 DENOMINATORS = {RATIONAL: (1, 2, 4, 5, 8, 10, 20, 100, 1000), COLOUR_STEP: (1, 2, 4, 5, 10, 20, 100, 255)}
 
@@ -252,6 +255,18 @@ def _orient_ramp(structure: Node, values: np.ndarray, corr: float) -> np.ndarray
     return out
 
 
+def _phase_slots(structure: Node) -> list[int]:
+    """Layout indices of the phases (of stripes and wave warps: a period of 1)."""
+    out, i = [], 0
+    for n in structure.walk():
+        for p in n.spec.params:
+            k = p.count(n.attr)
+            if p.name == "phase":
+                out += list(range(i, i + k))
+            i += k
+    return out
+
+
 def pareto_front(candidates: Sequence[Candidate]) -> list[Candidate]:
     """The candidates no other beats on both loss and node count, by node count."""
     best: dict[int, Candidate] = {}
@@ -323,7 +338,7 @@ class Search:
         for s, values in jobs:
             first.setdefault(s, values)
         starts = [(s, v) for s, v in first.items()]
-        solved = self._project(target, structures, starts, min_explained=PROJECT_BEFORE_FIT)
+        solved, _ = self._project(target, structures, starts, min_explained=PROJECT_BEFORE_FIT)
         jobs = list(jobs) + [j for j, (_, v) in zip(solved, starts) if not np.array_equal(j[1], v)]
         results = self._better_ramps(target, stats, structures, fit_jobs(self.device, target, stats, structures,
                                                                         jobs, fit), fit)
@@ -340,14 +355,16 @@ class Search:
         return [best[i] for i in sorted(best)]
 
     def _project(self, target: np.ndarray, structures: Sequence[Node], jobs: Sequence[tuple[int, np.ndarray]],
-                 min_explained: float = -np.inf) -> list[tuple[int, np.ndarray]]:
+                 min_explained: float = -np.inf) -> tuple[list[tuple[int, np.ndarray]], list[float]]:
         """Jobs with their root ramp solved for the field their parameters draw (ramps.py):
         the fields of all of them rendered in one dispatch, then positions and colours
         replaced where the solved ramp explains at least ``min_explained`` of the target's
-        variance. Jobs without a root ramp, or whose field is not finite, are unchanged."""
+        variance; with each job's pixel MSE after the solve (inf where not solved). Jobs
+        without a root ramp, or whose field is not finite, are unchanged."""
+        out, mses = list(jobs), [float("inf")] * len(jobs)
         todo = [i for i, (s, _) in enumerate(jobs) if ramps.projectable(structures[s])]
         if not todo:
-            return list(jobs)
+            return out, mses
         readers, index, field_jobs = [], {}, []
         for i in todo:
             s, values = jobs[i]
@@ -360,7 +377,6 @@ class Search:
         h, w = target.shape[:2]
         renders = render_jobs(self.device, readers, field_jobs, w, h, tile=self.config.fit.tile)
         variance = max(1e-12, float(np.mean((target - target.reshape(-1, 3).mean(axis=0)) ** 2)))
-        out = list(jobs)
         for i, render in zip(todo, renders):
             s, values = jobs[i]
             if not np.isfinite(render).all():
@@ -369,17 +385,40 @@ class Search:
             positions, colours, mse = ramps.project(ramps.field_values(render), target, np.asarray(values[:n]))
             if 1.0 - mse / variance >= min_explained:
                 out[i] = (s, ramps.with_ramp(structures[s], values, positions, colours))
-        return out
+                mses[i] = mse
+        return out, mses
 
     def _better_ramps(self, target: np.ndarray, stats: np.ndarray, structures: Sequence[Node],
                       results: Sequence[JobResult], fit: FitConfig) -> list[JobResult]:
         """Each fitted job, or the same with its root ramp solved (_project) where that
-        lowers the image loss (pixel and texture terms: the solve sees only pixels)."""
-        projected = self._project(target, structures, [(r.structure, r.params) for r in results])
-        changed = [i for i, (r, (_, v)) in enumerate(zip(results, projected)) if not np.array_equal(r.params, v)]
+        lowers the image loss (pixel and texture terms: the solve sees only pixels). A
+        phase decides where a sawtooth's jump or a wave's crest falls, which a fit cannot
+        carry across the period (nor, at a point-sampled jump, move at all): each phase is
+        also scanned, coarse to fine (PHASE_SCAN), each value with its ramp solved."""
+        best = [(r.structure, np.array(r.params, np.float64)) for r in results]
+        best, mses = self._project(target, structures, best)
+        for count, step in PHASE_SCAN:
+            trials, owner = [], []
+            for i, (s, values) in enumerate(best):
+                if not np.isfinite(mses[i]):
+                    continue
+                for slot in _phase_slots(structures[s]):
+                    for j in range(-count, count + 1):
+                        if j:
+                            v = values.copy()
+                            v[slot] = (v[slot] + j * step) % 1.0
+                            trials.append((s, v))
+                            owner.append(i)
+            if not trials:
+                break
+            projected, trial_mses = self._project(target, structures, trials)
+            for t, i in enumerate(owner):
+                if trial_mses[t] < mses[i]:
+                    best[i], mses[i] = projected[t], trial_mses[t]
+        changed = [i for i, r in enumerate(results) if not np.array_equal(r.params, best[i][1])]
         if not changed:
             return list(results)
-        judged = fit_jobs(self.device, target, stats, structures, [projected[i] for i in changed],
+        judged = fit_jobs(self.device, target, stats, structures, [best[i] for i in changed],
                           FitConfig(**{**fit.__dict__, "steps": 0}))
         out = list(results)
         for i, j in zip(changed, judged):
@@ -495,9 +534,12 @@ class Search:
                                    "blur": 1.5, "seed": (self.seed * 1000003 + 7919) & 0xFFFFFFFF})
                 (r,) = fit_jobs(self.device, self.detail, self.detail_stats, [structure], [(0, whole)], fit,
                                 frozen=[ints])
-                (refit,) = self._judge(structure, [r.params])
-                if self.config.tile or refit <= loss:
-                    values, loss = r.params, refit
+                # The whole values as they are, or with the rest re-fitted around them
+                # (a re-fit can also lose: no gradient moves a point-sampled jump).
+                rounded, refit = self._judge(structure, [whole, r.params])
+                pick, lowest = (whole, rounded) if rounded <= refit else (r.params, refit)
+                if self.config.tile or lowest <= loss:
+                    values, loss = pick, lowest
                     taken["integer"] = int(ints.sum())
         frozen = ints.copy() if taken["integer"] else np.zeros_like(ints)
         # Offsets, phases, levels and ramp positions together at their simplest nearby
