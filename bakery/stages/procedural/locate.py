@@ -167,13 +167,20 @@ def locate(luma: np.ndarray, op: str, attrs: dict, params: dict, *, frequencies=
            tile: bool = False) -> Location | None:
     """The whole frequency and offset at which the noise leaf ``op`` (other parameters in
     ``params``) best matches ``luma`` (the target's luminance, any monotone ramp of it)."""
-    h, w = luma.shape
+    return locate_field(luma, lambda p, period: field(op, p, attrs, params, period), frequencies=frequencies,
+                        tile=tile)
+
+
+def locate_field(image: np.ndarray, sample, *, frequencies=FREQUENCIES, tile: bool = False) -> Location | None:
+    """The whole frequency and offset at which ``sample(p, period)`` (a field over lattice
+    points) best matches ``image`` (up to an affine map of its values)."""
+    h, w = image.shape
     best = None
     for f in frequencies:
         m = f * SAMPLES
         if m > min(h, w) or m < 8:
             continue
-        template = downsample_area(luma[:, :, None].astype(np.float32), m, m)[:, :, 0].astype(np.float64)
+        template = downsample_area(image[:, :, None].astype(np.float32), m, m)[:, :, 0].astype(np.float64)
         if np.ptp(template) < 1e-6:
             continue
         # With a tiling lattice, offsets repeat every f cells: a window of 2f holds them all.
@@ -181,7 +188,7 @@ def locate(luma: np.ndarray, op: str, attrs: dict, params: dict, *, frequencies=
         origin = 0.0 if tile else float(ORIGIN)
         g = (np.arange(cells * SAMPLES) + 0.5) / SAMPLES + origin
         p = np.stack(np.meshgrid(g, g), axis=-1)
-        win = field(op, p, attrs, params, float(f) if tile else 0.0)
+        win = sample(p, float(f) if tile else 0.0)
         r, c, score = _peak(correlate(win, template))
         # Template sample j sits at p = (j + 0.5) / SAMPLES + offset; window sample at
         # (k + 0.5) / SAMPLES + origin: a match at k = d + j means offset = origin + d / SAMPLES.
@@ -189,6 +196,59 @@ def locate(luma: np.ndarray, op: str, attrs: dict, params: dict, *, frequencies=
         if best is None or loc.score > best.score:
             best = loc
     return best
+
+
+#: bk_warp's second displacement reads the noise this far away (cells).
+WARP_SECOND = np.array([31.7, 11.3])
+
+
+def warp_displacement(p: np.ndarray, k: np.ndarray, period: float = 0.0) -> np.ndarray:
+    """What a noise warp (bk_warp, amplitude 1) adds to dot(uv, k) at lattice points p."""
+    return (k[0] * (gradient_noise(p, period) - 0.5) + k[1] * (gradient_noise(p + WARP_SECOND, period) - 0.5))
+
+
+@dataclass(frozen=True)
+class WarpedStripes:
+    k: tuple[float, float]
+    phase: float
+    frequency: float
+    amplitude: float
+    offset: tuple[float, float]
+    score: float
+
+
+def warped_stripes(luma: np.ndarray, carrier: tuple[float, float], *, tile: bool = False) -> WarpedStripes | None:
+    """Sine stripes of frequency ``carrier`` (cycles per uv) under a noise warp: the local
+    phase of the stripes read by complex demodulation (the image times the carrier's
+    conjugate wave, low-passed), the warp's noise located in that phase's wander
+    (locate_field over the displacement bk_warp draws), amplitude and phase by least squares."""
+    h, w = luma.shape
+    k = np.asarray(carrier, np.float64)
+    if np.hypot(*k) < 1.0:
+        return None
+    v, u = np.mgrid[0:h, 0:w]
+    uv = np.stack([(u + 0.5) / w, (v + 0.5) / h], axis=-1)
+    z = (luma - luma.mean()) * np.exp(-1j * TAU * (uv @ k))
+    # Low-pass below half the carrier: keeps the slow phase, drops the wave at twice it.
+    fy = np.fft.fftfreq(h, 1.0 / h)[:, None]
+    fx = np.fft.fftfreq(w, 1.0 / w)[None, :]
+    sigma = 0.5 * np.hypot(*k)
+    z = np.fft.ifft2(np.fft.fft2(z) * np.exp(-0.5 * (fx ** 2 + fy ** 2) / sigma ** 2))
+    wander = np.angle(z * np.conj(z.mean())) / TAU   # phase about its mean, in turns
+    loc = locate_field(wander, lambda p, period: warp_displacement(p, k, period), tile=tile)
+    if loc is None:
+        return None
+    p = uv * loc.frequency + np.array(loc.offset)
+    disp = warp_displacement(p, k, loc.frequency if tile else 0.0)
+    a = np.stack([disp.reshape(-1), np.ones(disp.size)], axis=1)
+    (amplitude, _), *_ = np.linalg.lstsq(a, wander.reshape(-1), rcond=None)
+    # luma ~ a + b sin(2 pi (k.uv + phase + amplitude * disp)): the phase by least squares
+    # for the warped argument (the sign of b is the ramp's to carry).
+    t = TAU * (uv @ k + amplitude * disp)
+    basis = np.stack([np.sin(t).reshape(-1), np.cos(t).reshape(-1), np.ones(t.size)], axis=1)
+    (sa, ca, _), *_ = np.linalg.lstsq(basis, luma.reshape(-1), rcond=None)
+    phase = float(np.arctan2(ca, sa) / TAU) % 1.0
+    return WarpedStripes((float(k[0]), float(k[1])), phase, loc.frequency, float(amplitude), loc.offset, loc.score)
 
 
 def threshold_level(luma: np.ndarray, op: str, attrs: dict, params: dict, loc: Location, tile: bool) -> float:
@@ -269,11 +329,13 @@ def _ramp(child, stops: int = 2):
     return Node("ramp", (child,), (("stops", stops),), ())
 
 
-def proposals(target: np.ndarray, *, tile: bool = False) -> list:
+def proposals(target: np.ndarray, *, tile: bool = False, carriers=()) -> list:
     """Structures with their field parameters read off ``target`` (its ramp's are left to
     the search's hints): each noise leaf where the correlation places it, the two plain
-    noises also under a threshold at the target's coverage, and rings about the image's
-    centre of symmetry when its radial profile explains it."""
+    noises also under a threshold at the target's coverage, sine stripes at one of the
+    ``carriers`` (strong frequencies of the target) under the noise warp whose wander
+    their phase shows, and rings about the image's centre of symmetry when its radial
+    profile explains it."""
     from bakery.stages.procedural.dsl import OPS, Node
 
     rgb = np.asarray(target, np.float64)[:, :, :3]
@@ -296,6 +358,14 @@ def proposals(target: np.ndarray, *, tile: bool = False) -> list:
         if op in ("value_noise", "gradient_noise"):
             level = threshold_level(luma, op, attrs, extra, loc, tile)
             out.append(_ramp(Node("threshold", (leaf,), (), (("level", (level,)),))))
+    found = [f for f in (warped_stripes(luma, c, tile=tile) for c in carriers) if f is not None]
+    if found:
+        best = max(found, key=lambda f: f.score)
+        if best.score >= NOISE_SCORE:
+            stripes = Node("stripes_sine", (), (), (("k", best.k), ("phase", (best.phase,))))
+            warp = Node("warp", (stripes,), (), (("frequency", (best.frequency,)), ("amplitude", (best.amplitude,)),
+                                                 ("offset", best.offset)))
+            out.append(_ramp(warp))
     if not tile:  # polar coordinates do not tile
         found = rings(luma)
         if found is not None and found.explained >= RINGS_EXPLAINED:

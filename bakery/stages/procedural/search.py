@@ -31,11 +31,22 @@ SNAP_SIZE = 128
 #: A ramp is solved before its structure's fit when that explains this share of the
 #: target's variance (search.Search._project).
 PROJECT_BEFORE_FIT = 0.5
+#: Strongest frequencies of the target tried as the carrier of noise-warped stripes.
+WARP_CARRIERS = 2
 #: Each phase scanned after a fit, its ramp solved at every value (Search._better_ramps):
 #: (values either side, step) per round, each round around the best of the one before.
 PHASE_SCAN = ((8, 1 / 16), (8, 1 / 128), (8, 1 / 1024))
+#: A snap may raise the loss by this much: the MSE of rounding to 8 bits, (1/255)^2 / 12.
+SNAP_FLOOR = 1.0 / (12 * 255 ** 2)
 #: Denominators a person writes, simplest first: a snap takes the first that keeps the loss.
 DENOMINATORS = {RATIONAL: (1, 2, 4, 5, 8, 10, 20, 100, 1000), COLOUR_STEP: (1, 2, 4, 5, 10, 20, 100, 255)}
+
+
+def _keeps(new: float, old: float) -> bool:
+    """Whether a snap keeps the loss: no rise beyond what 8-bit quantisation of the
+    render adds anyway (SNAP_FLOOR), so a value a person would write wins over digits
+    that only fit noise."""
+    return new <= old + max(1e-6 * old, SNAP_FLOOR)
 
 
 def _simplest(value: float, denominators: Sequence[int], tolerance: float) -> float:
@@ -438,7 +449,8 @@ class Search:
             if gen == 0:
                 # Every primitive, those the target's own structure locates (noise where
                 # the correlation puts it, rings about its centre) with their parameters.
-                located = {p.key(): p for p in locate.proposals(self.detail, tile=cfg.tile)}
+                located = {p.key(): p for p in locate.proposals(self.detail, tile=cfg.tile,
+                                                                  carriers=self.hints.peaks[:WARP_CARRIERS])}
                 initial = [located.pop(p.key(), p) for p in self.builtin.initial()]
                 proposals = [(p, "builtin") for p in initial] + [(p, "located") for p in located.values()]
             else:
@@ -538,7 +550,7 @@ class Search:
                 # (a re-fit can also lose: no gradient moves a point-sampled jump).
                 rounded, refit = self._judge(structure, [whole, r.params])
                 pick, lowest = (whole, rounded) if rounded <= refit else (r.params, refit)
-                if self.config.tile or lowest <= loss:
+                if self.config.tile or _keeps(lowest, loss):
                     values, loss = pick, lowest
                     taken["integer"] = int(ints.sum())
         frozen = ints.copy() if taken["integer"] else np.zeros_like(ints)
@@ -557,7 +569,7 @@ class Search:
                 (r,) = fit_jobs(self.device, self.detail, self.detail_stats, [structure], [(0, joint)], fit,
                                 frozen=[frozen | fractions])
                 (refit,) = self._judge(structure, [r.params])
-                if refit <= loss * (1 + 1e-6) + 1e-12:
+                if _keeps(refit, loss):
                     values, loss = r.params, refit
                     frozen = frozen | fractions
                     taken["rational"] = int(fractions.sum())
@@ -582,14 +594,14 @@ class Search:
             losses = self._judge(structure, trials)
             picks: dict[int, float] = {}
             for (i, c), l in zip(where, losses):
-                if i not in picks and l <= loss * (1 + 1e-6) + 1e-12:
+                if i not in picks and _keeps(l, loss):
                     picks[i] = c  # the simplest candidate that keeps the loss
             if picks:
                 joint = values.copy()
                 for i, c in picks.items():
                     joint[i] = c
                 (l,) = self._judge(structure, [joint])
-                if l <= loss * (1 + 1e-6) + 1e-12:
+                if _keeps(l, loss):
                     values, loss = joint, l
                     taken["rational"] += len(picks)
                 else:  # interacting snaps: take them one by one
@@ -597,7 +609,7 @@ class Search:
                         t = values.copy()
                         t[i] = c
                         (l,) = self._judge(structure, [t])
-                        if l <= loss * (1 + 1e-6) + 1e-12:
+                        if _keeps(l, loss):
                             values, loss = t, l
                             taken["rational"] += 1
         self.snaps = {"integer_slots": taken["integer"], "fraction_slots": taken["rational"],
