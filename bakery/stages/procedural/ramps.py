@@ -19,7 +19,7 @@ from bakery.stages.procedural.dsl import Node
 #: linear over any value a field reaches, exact in float32 to about 1e-5.
 SPAN = 16.0
 #: Coordinate-search steps, as shares of the field's range.
-STEPS = (0.1, 0.03, 0.01, 0.003, 0.001)
+STEPS = (0.1, 0.03, 0.01, 0.003, 0.001, 0.0003)
 
 
 def projectable(structure: Node) -> bool:

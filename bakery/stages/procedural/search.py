@@ -429,13 +429,21 @@ class Search:
         changed = [i for i, r in enumerate(results) if not np.array_equal(r.params, best[i][1])]
         if not changed:
             return list(results)
-        judged = fit_jobs(self.device, target, stats, structures, [best[i] for i in changed],
-                          FitConfig(**{**fit.__dict__, "steps": 0}))
+        # Judged at the detail size, fitted and solved side by side: at a small fit size a
+        # solve can squeeze a ramp into an anti-aliased edge to sharpen it, which only
+        # blurs the edge at full size.
+        judge = FitConfig(**{**fit.__dict__, "steps": 0})
+        both = fit_jobs(self.device, self.detail, self.detail_stats, structures,
+                        [best[i] for i in changed] + [(results[i].structure, results[i].params) for i in changed],
+                        judge)
         out = list(results)
-        for i, j in zip(changed, judged):
-            r = results[i]
-            if j.pixel_mse + fit.texture_weight * j.texture_loss < r.pixel_mse + fit.texture_weight * r.texture_loss:
-                out[i] = j
+        loss = [j.pixel_mse + fit.texture_weight * j.texture_loss for j in both]
+        for n, i in enumerate(changed):
+            if loss[n] < loss[len(changed) + n]:
+                if target is self.detail:
+                    out[i] = both[n]
+                else:
+                    (out[i],) = fit_jobs(self.device, target, stats, structures, [best[i]], judge)
         return out
 
     def beam(self) -> list[Candidate]:
