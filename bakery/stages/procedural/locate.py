@@ -122,26 +122,38 @@ class Location:
     score: float                # normalised cross-correlation (its magnitude: a ramp may run either way)
 
 
-def _window_sums(a: np.ndarray, m: tuple[int, int]) -> np.ndarray:
-    """Sums of ``a`` over every m-sized window (valid positions), by summed-area table."""
-    s = np.pad(a, ((1, 0), (1, 0))).cumsum(0).cumsum(1)
-    h, w = m
-    return s[h:, w:] - s[:-h, w:] - s[h:, :-w] + s[:-h, :-w]
+def _fast_size(n: int) -> int:
+    """The next power of two at or above n (a fast FFT length)."""
+    return 1 << max(0, int(n - 1).bit_length())
+
+
+class Correlator:
+    """Normalised cross-correlation of templates at every valid position in one window
+    (the window's spectrum and running sums computed once, for every template)."""
+
+    def __init__(self, window: np.ndarray, largest_template: int):
+        self.window = np.asarray(window, np.float64)
+        side = _fast_size(max(self.window.shape) + largest_template)
+        self.shape = (side, side)
+        self.spectrum = np.fft.rfft2(self.window, self.shape)
+        self.sums = (np.pad(self.window, ((1, 0), (1, 0))).cumsum(0).cumsum(1),
+                     np.pad(self.window ** 2, ((1, 0), (1, 0))).cumsum(0).cumsum(1))
+
+    def __call__(self, template: np.ndarray) -> np.ndarray:
+        mh, mw = template.shape
+        wh, ww = self.window.shape
+        t = template - template.mean()
+        tn = np.sqrt((t * t).sum()) + 1e-12
+        num = np.fft.irfft2(self.spectrum * np.fft.rfft2(t[::-1, ::-1], self.shape), self.shape)
+        num = num[mh - 1:wh, mw - 1:ww]
+        s1, s2 = (s[mh:, mw:] - s[:-mh, mw:] - s[mh:, :-mw] + s[:-mh, :-mw] for s in self.sums)
+        var = np.maximum(s2 - s1 * s1 / (mh * mw), 0.0)
+        return num / (np.sqrt(var) * tn + 1e-12)
 
 
 def correlate(window: np.ndarray, template: np.ndarray) -> np.ndarray:
     """Normalised cross-correlation of ``template`` at every valid position in ``window``."""
-    mh, mw = template.shape
-    t = template - template.mean()
-    tn = np.sqrt((t * t).sum()) + 1e-12
-    shape = (window.shape[0] + mh - 1, window.shape[1] + mw - 1)
-    num = np.fft.irfft2(np.fft.rfft2(window, shape) * np.fft.rfft2(t[::-1, ::-1], shape), shape)
-    num = num[mh - 1:window.shape[0], mw - 1:window.shape[1]]
-    n = mh * mw
-    s1 = _window_sums(window, (mh, mw))
-    s2 = _window_sums(window * window, (mh, mw))
-    var = np.maximum(s2 - s1 * s1 / n, 0.0)
-    return num / (np.sqrt(var) * tn + 1e-12)
+    return Correlator(window, max(template.shape))(template)
 
 
 def _peak(ncc: np.ndarray) -> tuple[float, float, float]:
@@ -175,7 +187,7 @@ def locate_field(image: np.ndarray, sample, *, frequencies=FREQUENCIES, tile: bo
     """The whole frequency and offset at which ``sample(p, period)`` (a field over lattice
     points) best matches ``image`` (up to an affine map of its values)."""
     h, w = image.shape
-    best = None
+    best, unbounded = None, None
     for f in frequencies:
         m = f * SAMPLES
         if m > min(h, w) or m < 8:
@@ -187,9 +199,14 @@ def locate_field(image: np.ndarray, sample, *, frequencies=FREQUENCIES, tile: bo
         cells = 2 * f if tile else WINDOW
         origin = 0.0 if tile else float(ORIGIN)
         g = (np.arange(cells * SAMPLES) + 0.5) / SAMPLES + origin
-        p = np.stack(np.meshgrid(g, g), axis=-1)
-        win = sample(p, float(f) if tile else 0.0)
-        r, c, score = _peak(correlate(win, template))
+        if tile:
+            ncc = correlate(sample(np.stack(np.meshgrid(g, g), axis=-1), float(f)), template)
+        else:  # the same window for every frequency
+            if unbounded is None:
+                unbounded = Correlator(sample(np.stack(np.meshgrid(g, g), axis=-1), 0.0),
+                                       max(frequencies) * SAMPLES)
+            ncc = unbounded(template)
+        r, c, score = _peak(ncc)
         # Template sample j sits at p = (j + 0.5) / SAMPLES + offset; window sample at
         # (k + 0.5) / SAMPLES + origin: a match at k = d + j means offset = origin + d / SAMPLES.
         loc = Location(float(f), (origin + c / SAMPLES, origin + r / SAMPLES), score)

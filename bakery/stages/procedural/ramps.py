@@ -59,20 +59,24 @@ def weights(v: np.ndarray, positions: np.ndarray) -> np.ndarray:
 def solve_colours(v: np.ndarray, target: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, float]:
     """Least-squares colours for ``positions`` and the pixel MSE they leave."""
     w = weights(v, positions)
-    colours, *_ = np.linalg.lstsq(w, target, rcond=None)
+    # Normal equations (a stop no pixel reaches gets a tiny ridge, and keeps colour 0).
+    gram = w.T @ w
+    colours = np.linalg.solve(gram + 1e-9 * max(1.0, float(np.trace(gram))) * np.eye(len(positions)), w.T @ target)
     err = w @ colours - target
     return colours, float(np.mean(err * err))
 
 
-def project(v: np.ndarray, target: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-    """Positions (coordinate search from ``positions``) and colours (solved) of the ramp
-    that best maps field ``v`` [H, W] onto ``target`` [H, W, 3]; returns them and the MSE."""
+def project(v: np.ndarray, target: np.ndarray, positions: np.ndarray,
+            search: bool = True) -> tuple[np.ndarray, np.ndarray, float]:
+    """Positions (coordinate search from ``positions``; kept as given without ``search``)
+    and colours (solved) of the ramp that best maps field ``v`` [H, W] onto ``target``
+    [H, W, 3]; returns them and the MSE."""
     v = np.asarray(v, np.float64).reshape(-1)
     t = np.asarray(target, np.float64).reshape(-1, 3)
     span = max(1e-6, float(v.max() - v.min()))
     best = np.asarray(positions, np.float64).copy()
     colours, mse = solve_colours(v, t, best)
-    for step in STEPS:
+    for step in STEPS if search else ():
         improved, rounds = True, 0
         while improved and rounds < 8:
             improved, rounds = False, rounds + 1

@@ -19,7 +19,7 @@ import numpy as np
 from bakery.baselines.resample import downsample_area
 from bakery.stages.procedural import locate, ramps, texture_stats
 from bakery.stages.procedural.dsl import (COLOUR_STEP, INTEGER, RATIONAL, Node, complexity, flatten, instructions,
-                                          param_scales, param_snaps, periodic, with_params)
+                                          param_count, param_scales, param_snaps, periodic, with_params)
 from bakery.stages.procedural.fit import FitConfig, JobResult, fit_jobs, render_jobs, screen_jobs
 
 
@@ -366,7 +366,7 @@ class Search:
         return [best[i] for i in sorted(best)]
 
     def _project(self, target: np.ndarray, structures: Sequence[Node], jobs: Sequence[tuple[int, np.ndarray]],
-                 min_explained: float = -np.inf) -> tuple[list[tuple[int, np.ndarray]], list[float]]:
+                 min_explained: float = -np.inf, search: bool = True) -> tuple[list[tuple[int, np.ndarray]], list[float]]:
         """Jobs with their root ramp solved for the field their parameters draw (ramps.py):
         the fields of all of them rendered in one dispatch, then positions and colours
         replaced where the solved ramp explains at least ``min_explained`` of the target's
@@ -376,15 +376,21 @@ class Search:
         todo = [i for i, (s, _) in enumerate(jobs) if ramps.projectable(structures[s])]
         if not todo:
             return out, mses
-        readers, index, field_jobs = [], {}, []
+        # One reader per structure of the batch, whichever jobs ask: every call for this
+        # batch then shares one compiled module.
+        readers, index = [], {}
+        for s, structure in enumerate(structures):
+            if ramps.projectable(structure):
+                reader, _ = ramps.field_reader(structure, np.zeros(param_count(structure)))
+                k = reader.key()
+                if k not in index:
+                    index[k] = len(readers)
+                    readers.append(reader)
+        field_jobs = []
         for i in todo:
             s, values = jobs[i]
             reader, reader_values = ramps.field_reader(structures[s], values)
-            k = reader.key()
-            if k not in index:
-                index[k] = len(readers)
-                readers.append(reader)
-            field_jobs.append((index[k], reader_values))
+            field_jobs.append((index[reader.key()], reader_values))
         h, w = target.shape[:2]
         renders = render_jobs(self.device, readers, field_jobs, w, h, tile=self.config.fit.tile)
         variance = max(1e-12, float(np.mean((target - target.reshape(-1, 3).mean(axis=0)) ** 2)))
@@ -393,7 +399,8 @@ class Search:
             if not np.isfinite(render).all():
                 continue
             n = int(structures[s].attr["stops"])
-            positions, colours, mse = ramps.project(ramps.field_values(render), target, np.asarray(values[:n]))
+            positions, colours, mse = ramps.project(ramps.field_values(render), target, np.asarray(values[:n]),
+                                                    search)
             if 1.0 - mse / variance >= min_explained:
                 out[i] = (s, ramps.with_ramp(structures[s], values, positions, colours))
                 mses[i] = mse
@@ -408,6 +415,7 @@ class Search:
         also scanned, coarse to fine (PHASE_SCAN), each value with its ramp solved."""
         best = [(r.structure, np.array(r.params, np.float64)) for r in results]
         best, mses = self._project(target, structures, best)
+        moved: set[int] = set()
         for count, step in PHASE_SCAN:
             trials, owner = [], []
             for i, (s, values) in enumerate(best):
@@ -422,10 +430,19 @@ class Search:
                             owner.append(i)
             if not trials:
                 break
-            projected, trial_mses = self._project(target, structures, trials)
+            # The first (coarse) round searches each trial's stop positions too (a phase moves
+            # what a stop's position means); later rounds keep them (colours solved) and the
+            # winners' are searched after.
+            projected, trial_mses = self._project(target, structures, trials, search=step == PHASE_SCAN[0][1])
             for t, i in enumerate(owner):
                 if trial_mses[t] < mses[i]:
                     best[i], mses[i] = projected[t], trial_mses[t]
+                    moved.add(i)
+        if moved:
+            order = sorted(moved)
+            again, _ = self._project(target, structures, [best[i] for i in order])
+            for i, job in zip(order, again):
+                best[i] = job
         changed = [i for i, r in enumerate(results) if not np.array_equal(r.params, best[i][1])]
         if not changed:
             return list(results)
