@@ -27,7 +27,7 @@ SCREEN_SIZE = 64
 #: Starting points screened per structure at least (a wave warp's phase grid needs 16).
 SCREEN_DRAWS = 16
 #: The snapping phase judges snaps on the target at this size (at most).
-SNAP_SIZE = 128
+SNAP_SIZE = 256
 #: A ramp is solved before its structure's fit when that explains this share of the
 #: target's variance (search.Search._project).
 PROJECT_BEFORE_FIT = 0.5
@@ -36,6 +36,10 @@ WARP_CARRIERS = 2
 #: Each phase scanned after a fit, its ramp solved at every value (Search._better_ramps):
 #: (values either side, step) per round, each round around the best of the one before.
 PHASE_SCAN = ((8, 1 / 16), (8, 1 / 128), (8, 1 / 1024))
+#: The polish's pattern-search steps (in units of each slot's ParamSpec.scale), and the
+#: moves tried at each before the next, finer one.
+POLISH_STEPS = (0.1, 0.03, 0.01, 0.003)
+POLISH_ROUNDS = 4
 #: A snap may raise the loss by this much: the MSE of rounding to 8 bits, (1/255)^2 / 12.
 SNAP_FLOOR = 1.0 / (12 * 255 ** 2)
 #: Denominators a person writes, simplest first: a snap takes the first that keeps the loss.
@@ -349,7 +353,9 @@ class Search:
         for s, values in jobs:
             first.setdefault(s, values)
         starts = [(s, v) for s, v in first.items()]
-        solved, _ = self._project(target, structures, starts, min_explained=PROJECT_BEFORE_FIT)
+        # (Colours only: stop positions searched at the fit size can squeeze a ramp into an
+        # anti-aliased edge, sharper there and blurred at full size.)
+        solved, _ = self._project(target, structures, starts, min_explained=PROJECT_BEFORE_FIT, search=False)
         jobs = list(jobs) + [j for j, (_, v) in zip(solved, starts) if not np.array_equal(j[1], v)]
         results = self._better_ramps(target, stats, structures, fit_jobs(self.device, target, stats, structures,
                                                                         jobs, fit), fit)
@@ -518,11 +524,59 @@ class Search:
                             [(0, flatten(best.program))], fit0)
             if refined.loss <= r.pixel_mse + fit.texture_weight * r.texture_loss:
                 self.evaluated[best.program.key()] = best = refined
+        polished = self.polish(best)
+        if polished is not best:
+            self.evaluated[best.program.key()] = best = polished
         if cfg.snap or cfg.tile:
             snapped = self.snap(best)
             if snapped is not best:
                 self.evaluated[best.program.key()] = best = snapped
         return best
+
+    # -- polishing -----------------------------------------------------------------------
+    def polish(self, best: Candidate) -> Candidate:
+        """A pattern search over the winner's field parameters at the detail size, its root
+        ramp solved at every trial (ramps.py): a mortar's width or an edge's offset finer
+        than the fit size resolves, which a short Adam refinement leaves where the ramp
+        made up for it. Whole-number slots are left to the snap. Kept only if the image
+        loss (pixel and texture terms) falls."""
+        structure = best.program.structure()
+        if not ramps.projectable(structure):
+            return best
+        values = flatten(best.program)
+        n = int(structure.attr["stops"])
+        kinds, scales = param_snaps(structure), param_scales(structure)
+        slots = [i for i in range(4 * n, len(values)) if kinds[i] != INTEGER]
+        if not slots:
+            return best
+        (start,) = self._judge(structure, [values])
+        (current,), (mse,) = self._project(self.detail, [structure], [(0, values)])
+        for step in POLISH_STEPS:
+            for _ in range(POLISH_ROUNDS):
+                trials = []
+                for i in slots:
+                    for sign in (-1.0, 1.0):
+                        v = current[1].copy()
+                        v[i] += sign * step * scales[i]
+                        trials.append((0, v))
+                projected, mses = self._project(self.detail, [structure], trials, search=False)
+                k = int(np.argmin(mses))
+                if not mses[k] < mse * (1 - 1e-9):
+                    break
+                current, mse = projected[k], mses[k]
+        (current,), _ = self._project(self.detail, [structure], [current])
+        (loss,) = self._judge(structure, [current[1]])
+        if self.log is not None:
+            self.log.info("polished %d field parameters: loss %.3g -> %.3g (at %dx%d)", len(slots), start, loss,
+                          self.detail.shape[1], self.detail.shape[0])
+        if not loss < start:
+            return best
+        (r,) = fit_jobs(self.device, self.detail, self.detail_stats, [structure], [current],
+                        FitConfig(**{**self.config.fit.__dict__, "steps": 0}))
+        image_loss = r.pixel_mse + self.config.fit.texture_weight * r.texture_loss
+        return Candidate(with_params(structure, r.params), r.pixel_mse, r.texture_loss, image_loss,
+                         image_loss + self.config.complexity_weight * best.nodes, best.nodes, best.instructions,
+                         best.generation, best.origin, r.render)
 
     # -- snapping ------------------------------------------------------------------------
     def _judge(self, structure: Node, values: Sequence[np.ndarray]) -> list[float]:
