@@ -86,10 +86,42 @@ class Toolchain:
 
 
 def compiler_versions() -> tuple[str, str]:
-    """slangpy's version and the Slang compiler's build tag inside it."""
+    """slangpy's version and the Slang compiler's build tag inside it.
+
+    Read from the installed files where slangpy is not imported yet: planning a cached
+    re-bake then never loads the compiler (about 0.2 s on a 2-core CPU). The files say
+    exactly what the import would (tests/test_startup.py checks both agree); where they
+    cannot tell, slangpy is imported and asked.
+    """
+    import sys
+
+    if "slangpy" not in sys.modules:
+        found = installed_compiler_versions()
+        if found is not None:
+            return found
     import slangpy as spy
 
     return str(spy.__version__), str(getattr(spy, "SLANG_BUILD_TAG", "unknown"))
+
+
+def installed_compiler_versions() -> tuple[str, str] | None:
+    """slangpy's version from its distribution's metadata and the Slang build tag from
+    the name of the standard-module folder the wheel ships (``slang-standard-module-<tag>``),
+    without importing either; None where the installation does not show them."""
+    import importlib.metadata
+    import importlib.util
+
+    try:
+        version = importlib.metadata.version("slangpy")
+        spec = importlib.util.find_spec("slangpy")
+    except (importlib.metadata.PackageNotFoundError, ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    tags = [p.name.removeprefix("slang-standard-module-")
+            for folder in spec.submodule_search_locations for p in Path(folder).glob("slang-standard-module-*")
+            if p.is_dir()]
+    return (version, tags[0]) if len(tags) == 1 else None
 
 
 def _nvidia_driver() -> str:
@@ -116,6 +148,21 @@ def toolchain_of(backend: str, adapter: str, uuid=None, *, coopvec: bool | None)
         found = vulkan_probe.find(uuid=uuid, name=adapter)
         driver = found.driver_info if found is not None else "unknown"
     return Toolchain(slangpy=slangpy, slang=slang, backend=backend, adapter=adapter, driver=driver, coopvec=coopvec)
+
+
+@dataclass
+class KernelCacheStats:
+    """What :meth:`Device.kernel` did in this process: Slang modules compiled from source
+    (the front end: parsing, checking, each a fraction of a second on a CPU), programs
+    linked into kernels, and requests answered from memory. The tasks of one stage in one
+    worker compile once; tests count on these, never on timing."""
+
+    modules: int = 0
+    kernels: int = 0
+    hits: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -147,6 +194,7 @@ class Device:
                                cooperative_vector=self.coopvec,
                                software=bool(spy_device.has_feature(spy.Feature.software_device)))
         self._programs: dict = {}
+        self.kernel_cache = KernelCacheStats()
         #: Seconds one submission may run before :meth:`wait_for` gives up on it; the
         #: worker sets each task's (``dispatch_timeout``, docs/PIPELINE.md).
         self.dispatch_timeout = DEFAULT_DISPATCH_TIMEOUT
@@ -186,20 +234,38 @@ class Device:
         """Compiles entry point ``entry`` of a generated Slang source.
 
         The source may ``#include`` files relative to :data:`SLANG_DIR`; the backend define is prepended.
-        Modules and kernels are cached per device and source text in memory, and slangpy's
-        module and shader caches (under the cache dir) spare recompiling across processes.
+        Modules and kernels are kept per device, keyed by the source text with its defines,
+        so the next task of a stage in this process reuses them (:attr:`kernel_cache`
+        counts); slangpy's module and shader caches (under the cache dir) spare the code
+        generation across processes.
         """
-        header = "".join(f"#define {k} {v}\n" for k, v in sorted(self.defines().items()))
-        full = header + source
-        key = hashlib.sha256(full.encode()).hexdigest()[:24]
+        key = self._key(source)
         k = self._programs.get((key, entry))
-        if k is None:
-            module = self._programs.get(key)
-            if module is None:
-                module = self._programs[key] = self.spy.load_module_from_source(f"bakery_{key}", full)
-            program = self.spy.link_program([module], [module.entry_point(entry)])
-            k = self._programs[(key, entry)] = self.spy.create_compute_kernel(program)
+        if k is not None:
+            self.kernel_cache.hits += 1
+            return k
+        module = self.module(source)
+        program = self.spy.link_program([module], [module.entry_point(entry)])
+        k = self._programs[(key, entry)] = self.spy.create_compute_kernel(program)
+        self.kernel_cache.kernels += 1
         return k
+
+    def module(self, source: str):
+        """The Slang module of a generated source (defines prepended), compiled once per
+        device: for kernels, and for reading a user shader's signature."""
+        key = self._key(source)
+        module = self._programs.get(key)
+        if module is None:
+            module = self._programs[key] = self.spy.load_module_from_source(f"bakery_{key}",
+                                                                            self._header() + source)
+            self.kernel_cache.modules += 1
+        return module
+
+    def _header(self) -> str:
+        return "".join(f"#define {k} {v}\n" for k, v in sorted(self.defines().items()))
+
+    def _key(self, source: str) -> str:
+        return hashlib.sha256((self._header() + source).encode()).hexdigest()[:24]
 
     def submit(self, record) -> int:
         """Records dispatches with ``record(encoder)`` into one command buffer and runs it;
@@ -262,26 +328,34 @@ def is_software_class(device_class: str) -> bool:
 def probe_device_class(kind: str) -> str | None:
     """The class of the device :func:`open_device` would open for ``kind``, found by
     listing adapters only (no device is created; planning and dry runs use this).
-    None when no such device exists, e.g. without a Vulkan loader."""
+    None when no such device exists, e.g. without a Vulkan loader.
+
+    Vulkan adapters are listed through the loader directly (bakery.vulkan_probe: one
+    instance, in the order slangpy lists them), so planning imports no slangpy unless it
+    must ask about CUDA."""
     if kind not in DEVICE_KINDS:
         raise UsageError(f"unknown device {kind!r} (known: {', '.join(DEVICE_KINDS)})", key="--device")
     try:
-        import slangpy as spy
+        import importlib.util
 
+        from bakery import vulkan_probe
         from bakery.gpus import is_software_adapter
 
-        def first(type_, software: bool) -> str | None:
-            names = [a.name for a in spy.Device.enumerate_adapters(type_)]
-            return next((n for n in names if is_software_adapter(n) == software), None)
+        if importlib.util.find_spec("slangpy") is None:
+            return None  # nothing can be opened without it
 
         def vulkan(software: bool) -> str | None:
-            name = first(spy.DeviceType.vulkan, software)
+            name = next((d.name for d in vulkan_probe.physical_devices() if is_software_adapter(d.name) == software),
+                        None)
             return device_class_of("vulkan", name) if name else None
 
         def cuda() -> str | None:
             if not _cuda_driver_present():
                 return None
-            name = first(spy.DeviceType.cuda, False)
+            import slangpy as spy
+
+            name = next((a.name for a in spy.Device.enumerate_adapters(spy.DeviceType.cuda)
+                         if not is_software_adapter(a.name)), None)
             return device_class_of("cuda", name) if name else None
 
         if kind == "vulkan":
@@ -304,17 +378,13 @@ def probe_toolchain(kind: str, *, portable: bool = False) -> Toolchain | None:
         return None
     backend, _, adapter = dclass.partition(":")
     try:
-        import slangpy as spy
-
         from bakery import vulkan_probe
 
         if backend == "cuda":
             return toolchain_of(backend, adapter, coopvec=None)
-        uuid = next((list(a.luid) for a in spy.Device.enumerate_adapters(spy.DeviceType.vulkan) if a.name == adapter),
-                    None)
-        found = vulkan_probe.find(uuid=uuid, name=adapter)
+        found = vulkan_probe.find(name=adapter)
         coopvec = bool(found is not None and found.cooperative_vector) and not portable
-        return toolchain_of(backend, adapter, uuid, coopvec=coopvec)
+        return toolchain_of(backend, adapter, found.uuid if found is not None else None, coopvec=coopvec)
     except Exception:  # noqa: BLE001 - as probe_device_class: nothing can be opened
         return None
 

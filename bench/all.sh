@@ -7,8 +7,8 @@
 #
 # NAME: suite | mipmap | fit | procedural | train_texture | ntc | ntc_scatter | ntc_updates | ntc_touched |
 #       ntc_repeat | ntc_options | backward_anatomy | neural_material | runners | scale | determinism |
-#       studio_library
-# Prepare the machine first (see README): source .device/setup.sh and install .whl/*.whl.
+#       studio_library | rebake
+# The machine needs slangpy, a Vulkan driver and the packages pyproject.toml names (see README).
 set -u
 cd "$(dirname "$0")/.."
 dest=${OUT:-bench/out}
@@ -42,19 +42,17 @@ command_of() {
     # the default's speed and final quality over three seeds (the median settles a target at the edge)
     ntc_repeat)      echo "python3 bench/ntc.py --device vulkan --bpp --big 2048 --big-steps 6000 --check 1000" \
                           "--big-repeat 3 --out bench/out/ntc_repeat.json" ;;
-    # quality at 8 bpp at full length: the default, the speed options (lines, patches), the
-    # backward pass as cooperative-matrix tiles
+    # quality at 8 bpp at full length: the default and the speed options (lines, patches)
     ntc_options)     echo "python3 bench/ntc.py --device vulkan --bpp 8 --out bench/out/ntc_default.json &&" \
                           "python3 bench/ntc.py --device vulkan --bpp 8 --param latent_updates=lazy" \
                           "--param line_texels=8 --out bench/out/ntc_lazy_lines8.json &&" \
                           "python3 bench/ntc.py --device vulkan --bpp 8 --param latent_updates=lazy" \
-                          "--param patches=true --out bench/out/ntc_lazy_patches.json &&" \
-                          "python3 bench/ntc.py --device vulkan --bpp 8 --out bench/out/ntc_tiles.json" \
-                          "--reduction '{\"group\": 128, \"mode\": \"splitk\", \"reduce\": \"mma\"," \
-                          "\"reduce_groups\": 132, \"unroll\": 2, \"backward\": \"mma\"}'" ;;
+                          "--param patches=true --out bench/out/ntc_lazy_patches.json" ;;
     backward_anatomy) echo "python3 bench/backward_anatomy.py --device vulkan" ;;
     neural_material) echo "python3 bench/neural_material.py --device vulkan" ;;
     runners)         echo "python3 bench/runners.py --device vulkan --jobs 2" ;;
+    # the default pipeline baked cold in a fresh folder (wall and compiles per stage), then re-baked cached
+    rebake)          echo "python3 bench/rebake.py --fresh" ;;
     scale)           echo "python3 bench/scale.py --device vulkan --gpus 1" ;;
     # the default pipeline baked twice locally (--verify-determinism) and once through Ray, byte for byte
     determinism)     echo "python3 bench/determinism.py --device vulkan --ray --out bench/out/determinism.json" ;;

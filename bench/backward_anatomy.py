@@ -9,7 +9,7 @@ layers, so the cost can be pinned on one of them:
                 element live (every other kernel does this too)
   forward       h = relu(W h + b), three layers (coopVecMatMulAdd, TrainingOptimal)
   transposed    d = W^T d, three layers (coopVecMatMul with its transpose flag)
-  copy          d = (W^T) d from a stored transposed copy, no transpose flag
+  copy          d = (W^T) d from a transposed copy in its own buffer, no transpose flag
   relu_grad     d = d * (h > 0), three layers, as whole-vector CoopVec operations
   element_io    float[64] -> CoopVec element by element and back, three times
                 (what bk_from_vec / bk_to_vec do at the network's ends)
@@ -19,13 +19,13 @@ layers, so the cost can be pinned on one of them:
   tile_trip     per layer: each lane's vector into a groupshared row, the warp's rows
                 times W as 16 x 16 cooperative-matrix tiles (W row-major in a buffer, fp32
                 accumulators), back into the rows, each lane's vector read back: the
-                tile backward pass's core (CoopVecReduction backward "mma")
+                core of a backward pass on tiles (measured slower: bench/HISTORY.md)
   tile_only     the same three tile products with the vectors written once and read once:
                 what a pass that keeps its rows in groupshared memory would pay
 
 and, per 2^18 threads of 128, the real thing: a generated network's bwd_diff(forward) as
-the training kernel calls it (split-K row stores compiled in but not run, as
-bench/grad_reduction.py's "no stores" diagnostics, except where stores are named), with
+the training kernel calls it (split-K row stores compiled in but not run: the lab's
+without_row_stores, bench/experiments/reduction.py, except where stores are named), with
 inputs and loss gradients made from the thread index, to pin the rest on the network's
 shape:
 
@@ -69,6 +69,7 @@ from bakery.nn.encodings import FrequencyEncoding, IdentityEncoding  # noqa: E40
 from bakery.nn.network import NetworkSpec  # noqa: E402
 from bakery.nn.parameters import CoopVecReduction, ParameterStore, make_buffer  # noqa: E402
 from bench.clocks import keep_busy  # noqa: E402
+from bench.experiments.reduction import without_row_stores  # noqa: E402
 
 WIDTH = 64
 VARIANTS = ("baseline", "forward", "transposed", "copy", "relu_grad", "element_io", "chain", "chain_copy",
@@ -85,7 +86,8 @@ NETWORKS = {"net": (0, 3, False, False, None), "net_forward": (0, 3, False, True
 # Per thread: a 64-vector from its index, LAYERS of the variant's operation, one element
 # kept (the sum of all would cost as much as what is measured).
 KERNEL = r"""
-RWByteAddressBuffer g_weights16;   // ParameterStore's fp16 weights: TrainingOptimal, then transposed copies
+RWByteAddressBuffer g_weights16;   // ParameterStore's fp16 weights, TrainingOptimal
+RWByteAddressBuffer g_weights16t;  // the same network's W^T, TrainingOptimal (copy, chain_copy)
 RWStructuredBuffer<float> g_sink;
 static const int N = BK_ANATOMY_WIDTH;
 typealias V = CoopVec<half, N>;
@@ -110,6 +112,12 @@ V layer_transposed<let WO : int, let T : int>(V d)
 {
     return coopVecMatMul<half, N>(d, CoopVecComponentType::Float16, g_weights16, WO, CoopVecComponentType::Float16,
                                   CoopVecMatrixLayout::TrainingOptimal, T != 0, 0);
+}
+
+V layer_copy<let WO : int>(V d)
+{
+    return coopVecMatMul<half, N>(d, CoopVecComponentType::Float16, g_weights16t, WO, CoopVecComponentType::Float16,
+                                  CoopVecMatrixLayout::TrainingOptimal, false, 0);
 }
 
 V relu_grad(V h, V d)
@@ -181,7 +189,7 @@ void anatomy(uint3 tid: SV_DispatchThreadID, uint3 gtid: SV_GroupThreadID)
 #elif BK_ANATOMY == 2
     v = layer_transposed<W2, 1>(v); v = layer_transposed<W1, 1>(v); v = layer_transposed<W0, 1>(v);
 #elif BK_ANATOMY == 3
-    v = layer_transposed<T2, 0>(v); v = layer_transposed<T1, 0>(v); v = layer_transposed<T0, 0>(v);
+    v = layer_copy<T2>(v); v = layer_copy<T1>(v); v = layer_copy<T0>(v);
 #elif BK_ANATOMY == 4
     let h = seed_vector(tid.x ^ 0x5bd1e995u);
     v = relu_grad(h, v); v = relu_grad(v, h); v = relu_grad(h, v);
@@ -197,9 +205,9 @@ void anatomy(uint3 tid: SV_DispatchThreadID, uint3 gtid: SV_GroupThreadID)
     d = relu_grad(h1, layer_transposed<W1, 1>(d));
     v = layer_transposed<W0, 1>(d);
 #else
-    d = relu_grad(h2, layer_transposed<T2, 0>(d));
-    d = relu_grad(h1, layer_transposed<T1, 0>(d));
-    v = layer_transposed<T0, 0>(d);
+    d = relu_grad(h2, layer_copy<T2>(d));
+    d = relu_grad(h1, layer_copy<T1>(d));
+    v = layer_copy<T0>(d);
 #endif
 #elif BK_ANATOMY == 8
     [ForceUnroll]
@@ -252,30 +260,32 @@ void anatomy(uint3 tid: SV_DispatchThreadID, uint3 gtid: SV_GroupThreadID)
 
 
 def network_store(dev, variant: str) -> ParameterStore:
-    """The network of a ``net*`` variant in a 128-thread split-K store whose sums (and,
-    but for the variants with row stores, its stores) are left out (CoopVecReduction's
-    diagnostics)."""
+    """The network of a ``net*`` variant in a 128-thread split-K store (its sum is never
+    dispatched here; but for the variants with row stores, network_kernel_source leaves
+    the stores out too)."""
     n_in, n_out, generated, _, stores = NETWORKS[variant]
     spec = NetworkSpec(IdentityEncoding(n_in) if n_in else FrequencyEncoding(2, 3), (WIDTH,) * 3, n_out)
     return ParameterStore(dev, spec, input_gradients=False, reduction=CoopVecReduction(
-        group=128, mode="splitk", reduce="mma", staging="none" if stores is None else "coopvec", skip_sums=True,
-        generated_backward=generated, **(stores or {})))
+        group=128, mode="splitk", generated_backward=generated, **(stores or {})))
 
 
 def network_kernel_source(store: ParameterStore, variant: str) -> str:
     spec = store.spec
-    return (store.defines() + '#include "nn/mlp.slang"\n' + network_source(spec, store.linear_args)
+    network = network_source(spec, store.linear_args)
+    if NETWORKS[variant][4] is None:
+        network = without_row_stores(network)
+    return (store.defines() + '#include "nn/mlp.slang"\n' + network
             + f"#define BK_ANATOMY_IN {spec.n_inputs}\n#define BK_ANATOMY_OUT {spec.n_outputs}\n"
             + f"#define BK_ANATOMY_FORWARD {int(NETWORKS[variant][3])}\n" + NETWORK_KERNEL)
 
 
 def kernel_source(store: ParameterStore | None, variant: str) -> str:
     """The anatomy kernel for one variant, with the store's weight offsets (0 without one:
-    compiling only)."""
+    compiling only); the transposed copies (T) lie at the same offsets of their own store."""
     offsets = {}
     for k in range(3):
-        args = [int(v) for v in store.linear_args[k].split(", ")] if store is not None else [0] * 10
-        offsets.update({f"W{k}": args[0], f"B{k}": args[1], f"T{k}": args[8]})
+        args = [int(v) for v in store.linear_args[k].split(", ")] if store is not None else [0] * 8
+        offsets.update({f"W{k}": args[0], f"B{k}": args[1], f"T{k}": args[0]})
     return ("#define BK_GROUP 256\n" + "".join(f"#define {k} {v}\n" for k, v in offsets.items())
             + f"#define BK_ANATOMY_WIDTH {WIDTH}\n#define BK_ANATOMY {VARIANTS.index(variant)}\n" + KERNEL)
 
@@ -307,9 +317,16 @@ def main() -> int:
     import slangpy as spy
 
     spec = NetworkSpec(IdentityEncoding(WIDTH), (WIDTH, WIDTH), WIDTH)
-    store = ParameterStore(dev, spec, reduction=CoopVecReduction(group=256, transposed_copy=True))
+    store = ParameterStore(dev, spec, reduction=CoopVecReduction(group=256))
     params = spec.init_params(0)
     store.upload(params)
+    # W^T of every (square) layer, in a store of its own: the copies "copy" and "chain_copy" read
+    transposed = ParameterStore(dev, spec, reduction=CoopVecReduction(group=256))
+    flipped = params.copy()
+    for l in spec.layers:
+        flipped[l.weight_offset:l.bias_offset] = params[l.weight_offset:l.bias_offset].reshape(
+            l.n_out, l.n_in).T.reshape(-1)
+    transposed.upload(flipped)
     sink = make_buffer(dev, np.zeros(a.threads, np.float32))
     wrow = make_buffer(dev, np.concatenate([w.astype(np.float16).reshape(-1) for w, _ in spec.split(params)]))
     pool = dev.spy.create_query_pool(type=spy.QueryType.timestamp, count=2 * a.repeats)
@@ -321,7 +338,7 @@ def main() -> int:
             net.reserve_rows(a.threads)
             kernels[v] = (dev.kernel(network_kernel_source(net, v), "anatomy"), dict(net.network_vars(), g_sink=sink))
         else:
-            bindings = {"g_weights16": store.weights16, "g_sink": sink}
+            bindings = {"g_weights16": store.weights16, "g_weights16t": transposed.weights16, "g_sink": sink}
             if v.startswith("tile"):
                 bindings["g_wrow"] = wrow
             kernels[v] = (dev.kernel(kernel_source(store, v), "anatomy"), bindings)

@@ -1,7 +1,8 @@
 """Benchmark: designs of the CoopVec weight-gradient reduction, for correctness and speed.
 
-Each variant (bakery.nn.parameters.CoopVecReduction: workgroup size, persistent
-workgroup count, per-workgroup fp32 slices or 64-bit fixed-point atomics) trains the reference job of
+Each variant (bench/experiments/reduction.py's Variant: a CoopVecReduction, its workgroup
+size, persistent workgroup count, per-workgroup fp32 slices or split-K with its row
+layout, and the lab's changes around it) trains the reference job of
 bench/train_texture.py (12 -> 3 x 64 ReLU -> 3, batch 2^18 by default) and reports
   - the relative error of its gradient against the float64 reference, per layer,
     on one batch (the first step's samples);
@@ -30,7 +31,6 @@ sys.path.insert(0, str(ROOT))
 
 from bakery.device import open_device  # noqa: E402
 from bakery.nn import parameters  # noqa: E402
-from bakery.nn import trainer as trainer_module  # noqa: E402
 from bakery.nn.encodings import FrequencyEncoding  # noqa: E402
 from bakery.nn.network import NetworkSpec  # noqa: E402
 from bakery.nn.optimizers import Adam  # noqa: E402
@@ -43,99 +43,42 @@ from bench.train_texture import float_psnr, procedural_target  # noqa: E402
 from tests.reference import batch_texels, mse_gradients, texel_uv  # noqa: E402
 
 R = parameters.CoopVecReduction
+V = experimental_reduction.Variant
 # The 128-thread split-K default with the generated backward pass, rows one per sample;
 # and with rows in blocks of 32 samples copied out per warp (the default before column groups;
 # bench/RESULTS.md, grad_reduction).
-GENERATED = R(group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2, generated_backward=True)
+GENERATED = R(group=128, mode="splitk", reduce_groups=132, unroll=2, generated_backward=True)
 BLOCKS = replace(GENERATED, row_block=32, row_copy=True)
 # and with each block's slots column group by column group (the default since)
 COLUMNS = replace(BLOCKS, row_tiles=True)
+# The designs measured and dropped (fp32 atomics, element and packed staging, per-thread
+# split-K sums, more output tiles per warp, transposed weight copies, the backward pass on
+# cooperative matrices) are in bench/HISTORY.md; the product no longer builds them.
 VARIANTS = {
-    "slices-256x264 (no cooperative matrices)": R(),
-    "atomic-256x264": R(mode="atomic"),
-    "slices-256x132": R(max_groups=132),
-    "slices-256x264 element staging": R(staging="elements"),
-    "atomic-256x264 packed staging": R(mode="atomic", staging="packed"),
-    "splitk-256x264": R(mode="splitk"),
-    "splitk-256x264 unroll 4": R(mode="splitk", unroll=4),
-    "splitk-256x264 unroll 8": R(mode="splitk", unroll=8),
-    "splitk mma, 132, one tile per workgroup": R(mode="splitk", reduce="mma", reduce_groups=132, max_groups=1 << 16),
-    "splitk mma, 132, unroll 2": R(mode="splitk", reduce="mma", reduce_groups=132, unroll=2),
-    "splitk mma, 132, unroll 4": R(mode="splitk", reduce="mma", reduce_groups=132, unroll=4),
-    "splitk mma, 132, unroll 2, 2 out tiles per warp": R(mode="splitk", reduce="mma", reduce_groups=132, unroll=2,
-                                                         out_tiles=2),
-    "splitk mma, 132, unroll 1, 4 out tiles per warp": R(mode="splitk", reduce="mma", reduce_groups=132, out_tiles=4),
-    "splitk mma, 132, unroll 2, 4 out tiles per warp": R(mode="splitk", reduce="mma", reduce_groups=132, unroll=2,
-                                                         out_tiles=4),
-    "splitk mma, 264, unroll 1, 4 out tiles per warp": R(mode="splitk", reduce="mma", reduce_groups=264, out_tiles=4),
-    "splitk mma 128-thread, 132, unroll 2, 2 out tiles": R(group=128, mode="splitk", reduce="mma", reduce_groups=132,
-                                                          unroll=2, out_tiles=2),
-    "splitk mma 128-thread, 132, unroll 1, 2 out tiles": R(group=128, mode="splitk", reduce="mma", reduce_groups=132,
-                                                          out_tiles=2),
-    "splitk mma 128-thread, 132, unroll 2, 4 out tiles": R(group=128, mode="splitk", reduce="mma", reduce_groups=132,
-                                                          unroll=2, out_tiles=4),
-    "splitk mma 128-thread, 264, unroll 2, 2 out tiles": R(group=128, mode="splitk", reduce="mma", reduce_groups=264,
-                                                          unroll=2, out_tiles=2),
-    "tile backward, mma 128-thread, 132, unroll 2": R(group=128, mode="splitk", reduce="mma", reduce_groups=132,
-                                                     unroll=2, backward="mma"),
-    "tile backward, mma 128-thread, 264, unroll 2": R(group=128, mode="splitk", reduce="mma", reduce_groups=264,
-                                                     unroll=2, backward="mma"),
-    "tile backward, mma 64-thread, 132, unroll 2": R(group=64, mode="splitk", reduce="mma", reduce_groups=132,
-                                                    unroll=2, backward="mma"),
-    "tile backward, mma 128-thread, 132, unroll 2, one tile per workgroup": R(
-        group=128, max_groups=1 << 16, mode="splitk", reduce="mma", reduce_groups=132, unroll=2, backward="mma"),
-    "tile backward, mma 128-thread, 132, unroll 2, fp16 accumulators": R(
-        group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2, backward="mma", tile_accumulator="half"),
-    "tile backward, mma 64-thread, 132, unroll 2, one tile per workgroup, fp16 accumulators": R(
-        group=64, max_groups=1 << 16, mode="splitk", reduce="mma", reduce_groups=132, unroll=2, backward="mma",
-        tile_accumulator="half"),
-    "splitk mma 128-thread, 132, unroll 2, one tile per workgroup": R(group=128, max_groups=1 << 16, mode="splitk",
-                                                                     reduce="mma", reduce_groups=132, unroll=2),
-    "splitk mma 128-thread, 132, unroll 2, generated backward": GENERATED,
-    "rows in blocks of 32, generated backward": replace(GENERATED, row_block=32),
-    "rows in blocks of 128, generated backward": replace(GENERATED, row_block=128),
-    "rows in blocks of 32, warp copies, generated backward": BLOCKS,
-    "rows in blocks of 128, warp copies, generated backward": replace(BLOCKS, row_block=128),
-    "rows in blocks of 32, warp copies, 264 groups": replace(BLOCKS, reduce_groups=264),
-    "rows in blocks of 32, warp copies, 528 groups": replace(BLOCKS, reduce_groups=528),
-    "rows in blocks of 32, warp copies, unroll 4": replace(BLOCKS, unroll=4),
-    "rows in blocks of 32, warp copies, 264 groups, unroll 1": replace(BLOCKS, reduce_groups=264, unroll=1),
-    "rows in blocks of 32, warp copies, 264 groups, 4 out tiles": replace(BLOCKS, reduce_groups=264, out_tiles=4),
-    "two forwards, blocks of 32, warp copies": replace(BLOCKS, single_forward=False),
-    "column groups: blocks of 32, warp copies, slots column group by column group": COLUMNS,
-    "column groups: blocks of 128, warp copies, slots column group by column group": replace(
-        BLOCKS, row_block=128, row_tiles=True),
-    "column groups: blocks of 32, 264 sum groups": replace(BLOCKS, row_tiles=True, reduce_groups=264),
-    "occupancy: default, 528 training workgroups": replace(BLOCKS, max_groups=528),
-    "occupancy: default, 1056 training workgroups": replace(BLOCKS, max_groups=1056),
-    "occupancy: default, one tile per training workgroup": replace(BLOCKS, max_groups=1 << 16),
-    "diag: rows in blocks of 32, warp copies, no reduction (wrong)": R(
-        group=128, mode="splitk", reduce="mma", skip_sums=True, generated_backward=True, row_block=32, row_copy=True),
-    "diag: 128-thread stores, no reduction (wrong)": R(group=128, mode="splitk", reduce="mma", skip_sums=True),
-    "diag: 128-thread no stores, no reduction (wrong)": R(group=128, mode="splitk", reduce="mma", staging="none",
-                                                         skip_sums=True),
-    "diag: 128-thread no stores, no reduction, two forwards (wrong)": R(
-        group=128, mode="splitk", reduce="mma", staging="none", skip_sums=True, generated_backward=True,
-        single_forward=False),
-    "diag: 128-thread no stores, no reduction, generated backward (wrong)": R(
-        group=128, mode="splitk", reduce="mma", staging="none", skip_sums=True, generated_backward=True),
-    "diag: tile backward, no stores, no reduction (wrong)": R(group=128, mode="splitk", reduce="mma",
-                                                             staging="none", skip_sums=True, backward="mma"),
-    "splitk mma, 132, transposed copy": R(mode="splitk", reduce="mma", reduce_groups=132, transposed_copy=True),
-    "splitk mma, 132, unroll 2, transposed copy": R(mode="splitk", reduce="mma", reduce_groups=132, unroll=2,
-                                                    transposed_copy=True),
-    "splitk mma 128-thread, 132, transposed copy": R(group=128, mode="splitk", reduce="mma", reduce_groups=132,
-                                                     transposed_copy=True),
-    "diag: splitk no stores, transposed copy (wrong)": R(mode="splitk", reduce="mma", staging="none", skip_sums=True,
-                                                        transposed_copy=True),
-    "splitk mma, 64 groups/layer": R(mode="splitk", reduce="mma", reduce_groups=64),
-    "splitk mma, 132 groups/layer": R(mode="splitk", reduce="mma", reduce_groups=132),
-    "splitk mma, 264 groups/layer": R(mode="splitk", reduce="mma"),
-    "splitk mma 128-thread, 132 groups/layer": R(group=128, stage=64, mode="splitk", reduce="mma", reduce_groups=132),
-    "diag: splitk stores, no reduction (wrong)": R(mode="splitk", reduce="mma", skip_sums=True),
-    "diag: splitk no stores, no reduction (wrong)": R(mode="splitk", reduce="mma", staging="none", skip_sums=True),
-    "diag: no sums (wrong grads)": R(skip_sums=True),
-    "diag: no staging, no sums (wrong)": R(staging="none", skip_sums=True),
+    "slices-256x264 (no cooperative matrices)": V(R()),
+    "slices-256x132": V(R(max_groups=132)),
+    "splitk mma, 132, unroll 2": V(R(mode="splitk", reduce_groups=132, unroll=2)),
+    "splitk mma 128-thread, 132, unroll 2": V(R(group=128, mode="splitk", reduce_groups=132, unroll=2)),
+    "splitk mma 128-thread, 264, unroll 2": V(R(group=128, mode="splitk", unroll=2)),
+    "splitk mma 128-thread, 132, unroll 2, one tile per workgroup": V(R(group=128, max_groups=1 << 16,
+                                                                        mode="splitk", reduce_groups=132, unroll=2)),
+    "splitk mma 128-thread, 132, unroll 2, generated backward": V(GENERATED),
+    "rows in blocks of 32, generated backward": V(replace(GENERATED, row_block=32)),
+    "rows in blocks of 128, generated backward": V(replace(GENERATED, row_block=128)),
+    "rows in blocks of 32, warp copies, generated backward": V(BLOCKS),
+    "rows in blocks of 128, warp copies, generated backward": V(replace(BLOCKS, row_block=128)),
+    "rows in blocks of 32, warp copies, 264 groups": V(replace(BLOCKS, reduce_groups=264)),
+    "rows in blocks of 32, warp copies, unroll 4": V(replace(BLOCKS, unroll=4)),
+    "two forwards, blocks of 32, warp copies": V(BLOCKS, forward_twice=True),
+    "column groups: blocks of 32, warp copies, slots column group by column group": V(COLUMNS),
+    "column groups: blocks of 128, warp copies, slots column group by column group": V(
+        replace(BLOCKS, row_block=128, row_tiles=True)),
+    "column groups: blocks of 32, 264 sum groups": V(replace(COLUMNS, reduce_groups=264)),
+    "occupancy: default, 528 training workgroups": V(replace(COLUMNS, max_groups=528)),
+    "occupancy: default, one tile per training workgroup": V(replace(COLUMNS, max_groups=1 << 16)),
+    "diag: column groups, no sum (wrong)": V(COLUMNS, skip_sum=True),
+    "diag: rows in blocks of 32, warp copies, no sum (wrong)": V(BLOCKS, skip_sum=True),
+    "diag: 128-thread stores, no sum (wrong)": V(R(group=128, mode="splitk", unroll=2), skip_sum=True),
 }
 WARMUP = 20
 PROFILED_STEPS = 20
@@ -149,16 +92,17 @@ def layer_errors(spec, got, ref) -> list[float]:
     return out
 
 
-def run_variant(a, dev, spec, target, params, ref, name, reduction) -> dict:
-    if reduction is not None:
-        experimental_reduction.use(reduction)
+def run_variant(a, dev, spec, target, params, ref, name, variant) -> dict:
+    experimental_reduction.use(variant)
     t_start = time.perf_counter()
     cfg = TrainConfig(steps=WARMUP + a.steps, batch=a.batch, optimizer=Adam(lr=a.lr), seed=0,
                       steps_per_submit=a.steps_per_submit)
     obj = TextureFit(dev, target)
     tr = Trainer(dev, spec, obj, cfg, params=params)
+    experimental_reduction.apply(tr)
     errs = layer_errors(spec, tr.accumulate_gradients(), ref)
     tr = Trainer(dev, spec, obj, cfg, params=params)  # fresh gradient buffers
+    experimental_reduction.apply(tr)
     compile_s = time.perf_counter() - t_start
     tr.train(WARMUP)
     if dev.coopvec:
@@ -169,7 +113,7 @@ def run_variant(a, dev, spec, target, params, ref, name, reduction) -> dict:
     psnr = float_psnr(obj.decode(tr), target)
     loss_scale = tr.store.loss_scale()
     phases = profile_steps(dev, tr, PROFILED_STEPS)  # a few more steps, after the PSNR
-    return {"variant": name, "reduction": None if reduction is None else reduction.__dict__,
+    return {"variant": name, "reduction": None if variant is None else variant.to_dict(),
             "ms_per_step": round(dt * 1e3, 4), "samples_per_s": round(a.batch / dt),
             "grad_rel_err_per_layer": [float(f"{e:.3g}") for e in errs], "psnr_db": round(psnr, 3),
             "loss_scale_end": loss_scale, "setup_s": round(compile_s, 2), "gpu_us_per_phase": phases}
@@ -185,9 +129,6 @@ def main() -> int:
     p.add_argument("--steps-per-submit", type=int, default=50)
     p.add_argument("--only", default="", help="variant names (prefixes), separated by ';'")
     p.add_argument("--small", action="store_true", help="tiny CPU-sized job (batch 4096, 128^2, 20 steps)")
-    p.add_argument("--loss-scale", nargs="+", choices=("fused", "separate"), default=["fused"],
-                   help="each variant with the loss-scale step in Adam's last workgroup (the trainer's default) "
-                        "and/or in its own dispatch")
     p.add_argument("--out", default=str(ROOT / "bench" / "out" / "grad_reduction.json"))
     a = p.parse_args()
     if a.small:
@@ -208,15 +149,11 @@ def main() -> int:
         variants = {k: v for k, v in variants.items() if any(k.startswith(x) for x in keys)}
     rows = []
     for name, red in variants.items():
-        for scale in a.loss_scale:
-            trainer_module.FUSE_LOSS_SCALE = scale == "fused"
-            label = name if scale == "fused" else name + ", loss scale apart"
-            try:
-                rows.append(run_variant(a, dev, spec, target, params, ref, label, red))
-            except Exception as e:  # noqa: BLE001 - report the variant and go on with the others
-                rows.append({"variant": label, "error": str(e)[:500]})
-            print(json.dumps(rows[-1]), flush=True)
-    trainer_module.FUSE_LOSS_SCALE = True
+        try:
+            rows.append(run_variant(a, dev, spec, target, params, ref, name, red))
+        except Exception as e:  # noqa: BLE001 - report the variant and go on with the others
+            rows.append({"variant": name, "error": str(e)[:500]})
+        print(json.dumps(rows[-1]), flush=True)
     print(f"\n{'variant':44} {'ms/step':>8} {'Msamp/s':>8} {'PSNR':>6}  {'GPU us: train/reduce/optim':27} "
           "grad rel. err per layer")
     for r in rows:
@@ -228,8 +165,8 @@ def main() -> int:
         gpu = "/".join(str(ph.get(k, "-")) for k in ("train_step", "reduce", "optimizer"))
         print(f"{r['variant']:44} {r['ms_per_step']:8.3f} {r['samples_per_s'] / 1e6:8.1f} {r['psnr_db']:6.2f}  "
               f"{gpu:27} {errs}")
-    good = [r for r in rows if "error" not in r and r["reduction"] and not r["reduction"]["skip_sums"]
-            and r["reduction"]["staging"] != "none"
+    experimental_reduction.use(None)
+    good = [r for r in rows if "error" not in r and r["reduction"] and not r["reduction"]["skip_sum"]
             and max(r["grad_rel_err_per_layer"]) < 1e-2]
     best = min(good, key=lambda r: r["ms_per_step"]) if good else None
     if best:

@@ -46,10 +46,9 @@ sys.path.insert(0, str(ROOT))
 
 from bakery.device import open_device  # noqa: E402
 from bakery.nn import parameters  # noqa: E402
-from bakery.nn import trainer as trainer_module  # noqa: E402
 from bakery.imaging import psnr, set_psnr  # noqa: E402
 from bakery.formats.publish import write_atomic  # noqa: E402
-from bakery.stages.ntc.objective import LATENT_SCATTER, LatentTextureFit  # noqa: E402
+from bakery.stages.ntc.objective import LATENT_SCATTER  # noqa: E402
 from bakery.nn.optimizers import Adam  # noqa: E402
 from bakery.nn.trainer import TrainConfig, Trainer  # noqa: E402
 from bakery.materials import load_material, renormalize_normals  # noqa: E402
@@ -60,6 +59,7 @@ from bakery.stages.ntc import weighting as margin_weighting  # noqa: E402
 from bakery.stages.ntc.stage import PRESETS  # noqa: E402
 from bakery.stages.params import preset_class  # noqa: E402
 from bench.clocks import decode_on_gpu, keep_busy  # noqa: E402
+from bench.experiments import ntc_scatter  # noqa: E402
 from bench.experiments import reduction as experimental_reduction  # noqa: E402
 from bench.step_profile import profile_steps  # noqa: E402
 
@@ -151,8 +151,7 @@ SAMPLE_LAYOUTS = {"texels": {}, "lines": {"line_texels": 32}, "lines16": {"line_
 
 def speed(a, dev):
     """The N^2 set trained once per requested variant (latent scatter x sample layout x
-    latent updates x loss-scale dispatch) and seed, the set made once; yields each run's
-    row as it finishes."""
+    latent updates) and seed, the set made once; yields each run's row as it finishes."""
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([sys.executable, str(ROOT / "scripts" / "make_assets.py"), "--out", tmp, "--size",
                         str(a.big)], check=True, capture_output=True)
@@ -161,15 +160,12 @@ def speed(a, dev):
     for scatter in a.big_scatter:
         for samples in a.big_samples:
             for updates in a.big_updates:
-                for loss_scale in a.big_loss_scale:
-                    trainer_module.FUSE_LOSS_SCALE = loss_scale == "fused"
-                    for seed in range(a.big_repeat):
-                        yield speed_run(a, dev, mat, scatter, samples, updates, seed)
-    trainer_module.FUSE_LOSS_SCALE = True
+                for seed in range(a.big_repeat):
+                    yield speed_run(a, dev, mat, scatter, samples, updates, seed)
 
 
 #: What tells one speed variant from another in a row (and in _variant's words).
-VARIANT_KEYS = ("latent_scatter", "line_texels", "patches", "latent_updates", "loss_scale")
+VARIANT_KEYS = ("latent_scatter", "line_texels", "patches", "latent_updates")
 
 
 def speed_summary(rows: list[dict]) -> list[dict]:
@@ -193,11 +189,11 @@ def speed_run(a, dev, mat, scatter: str, samples: str, updates: str, seed: int) 
     bits = PRESETS.table[preset_class(dev.device_class)][a.quality]["latent_bits"]
     point = choose(w, h, c, a.big_bpp, hidden=64, layers=2, bits=bits, pe_octaves=3)
     t0 = time.perf_counter()
-    obj = LatentTextureFit(dev, mat.image, point.grid, normal_channel=mat.normal_channel, seed=seed,
-                           latent_scatter=None if scatter == "auto" else scatter, lazy_latents=lazy,
-                           touched_cells=updates == "touched",
-                           **SAMPLE_LAYOUTS[samples])
-    print(f"  speed set: {_variant(obj.latent_scatter, obj.line_texels, obj.patches, updates)}, seed {seed}",
+    obj = ntc_scatter.latent_texture_fit(dev, mat.image, point.grid, normal_channel=mat.normal_channel, seed=seed,
+                                         latent_scatter=None if scatter == "auto" else scatter, lazy_latents=lazy,
+                                         touched_cells=updates == "touched", **SAMPLE_LAYOUTS[samples])
+    scatter = ntc_scatter.NONE if scatter == ntc_scatter.NONE else obj.latent_scatter
+    print(f"  speed set: {_variant(scatter, obj.line_texels, obj.patches, updates)}, seed {seed}",
           flush=True)
     tr = Trainer(dev, point.network, obj, TrainConfig(steps=a.big_steps, batch=a.big_batch, optimizer=Adam(lr=5e-3),
                                                       schedule="cosine", steps_per_submit=50, seed=seed))
@@ -224,10 +220,8 @@ def speed_run(a, dev, mat, scatter: str, samples: str, updates: str, seed: int) 
     preview = next(p for p in curve if p["set_psnr"] >= final["set_psnr"] - 1.5)
     ms = train_s / (a.big_steps - 20) * 1e3
     return {"size": a.big, "bpp": point.bpp, "latent_bits": bits, "features": point.grid.features,
-            "latent_scatter": obj.latent_scatter, "line_texels": obj.line_texels, "patches": obj.patches,
+            "latent_scatter": scatter, "line_texels": obj.line_texels, "patches": obj.patches,
             "lazy_latents": lazy, "latent_updates": updates, "seed": seed,
-            "loss_scale": ("none" if not dev.coopvec else  # the portable backend scales no loss
-                           "fused" if trainer_module.FUSE_LOSS_SCALE and tr.store.copy_words == 0 else "separate"),
             "steps": a.big_steps,
             "batch": a.big_batch, "ms_per_step": round(ms, 4),
             "final_set_psnr": final["set_psnr"], "time_to_final_s": final["train_s"],
@@ -237,12 +231,10 @@ def speed_run(a, dev, mat, scatter: str, samples: str, updates: str, seed: int) 
             "wall_s": round(time.perf_counter() - t0, 2)}
 
 
-def _variant(scatter: str, line_texels: int, patches: bool, updates: str, loss_scale: str = "") -> str:
+def _variant(scatter: str, line_texels: int, patches: bool, updates: str) -> str:
     samples = f"lines of {line_texels}" if line_texels else "patches" if patches else "texel samples"
     return (f"{scatter} latent scatter, {samples}, "
-            f"{'lazy over marked cells' if updates == 'touched' else updates} latent updates"
-            + {"fused": ", loss scale in Adam's dispatch", "separate": ", loss scale in its own dispatch",
-               "none": ", no loss scaling"}.get(loss_scale, ""))
+            f"{'lazy over marked cells' if updates == 'touched' else updates} latent updates")
 
 
 def markdown(rows: list[dict]) -> str:
@@ -283,9 +275,10 @@ def main() -> int:
     p.add_argument("--big-bpp", type=float, default=8.0)
     p.add_argument("--big-steps", type=int, default=20000)
     p.add_argument("--big-batch", type=int, default=1 << 18)
-    p.add_argument("--big-scatter", nargs="+", choices=("auto", *LATENT_SCATTER), default=["auto"],
+    p.add_argument("--big-scatter", nargs="+", choices=("auto", *LATENT_SCATTER, ntc_scatter.NONE), default=["auto"],
                    help="latent-gradient scatters of the speed set, one run each (auto: on a GPU shuffle with "
-                        "patches, else staged; per thread on the CPU; none: a diagnostic, the latents do not train)")
+                        "patches, else staged; per thread on the CPU; none: bench/experiments/ntc_scatter.py, the "
+                        "latents do not train)")
     p.add_argument("--big-samples", nargs="+", choices=tuple(SAMPLE_LAYOUTS), default=["patches"],
                    help="speed set training samples, one run each: independent texels, lines of N texels "
                         "(lines: 32), or a patch of texels per workgroup (the default: the ntc stage's choice on "
@@ -295,9 +288,6 @@ def main() -> int:
                         "gradient reading every gradient (lazy), or only those with a gradient reading the "
                         "gradients of the cells the training kernel marked (touched: the ntc stage's lazy "
                         "updates, the default, with patches)")
-    p.add_argument("--big-loss-scale", nargs="+", choices=("fused", "separate"), default=["fused"],
-                   help="speed set, one run each: the loss-scale step in Adam's dispatch (fused: the "
-                        "trainer's default) or in its own")
     p.add_argument("--big-repeat", type=int, default=1,
                    help="runs of each speed variant, seeds 0..N-1 (N > 1: a summary per variant, the median "
                         "ms/step and the final set PSNR from the mean MSE over the runs)")

@@ -38,7 +38,9 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   fi
 fi
 
-python3 -m pip install -q --disable-pip-version-check -e '.[test,ray]'
+# Into the python3 the README's commands run; a Debian python3 marked externally managed
+# (PEP 668) refuses that unless told (an older pip ignores the variable).
+PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q --disable-pip-version-check -e '.[test,ray]'
 
 # three.js for `bakery view`, pinned by package-lock.json (Playwright drives the system
 # Chromium above: no browser download).

@@ -57,4 +57,5 @@ def coopvec_stand_in(device):
     fake.coopvec = fake.coopmat = True
     fake.spy = _SpyWithFakeLayouts(device.spy)
     fake._programs = {}
+    fake.kernel_cache = type(device.kernel_cache)()
     return fake

@@ -20,4 +20,6 @@ def test_anatomy_network_kernel_compiles(coopvec_stand_in, variant):
     store = network_store(coopvec_stand_in, variant)
     source = network_kernel_source(store, variant)
     assert ("#define BK_GEN_BWD 1" in source) == NETWORKS[variant][2]
+    # the lab's layers without row stores, but where the variant times them
+    assert ("LabLinear<" in source) == (NETWORKS[variant][4] is None)
     coopvec_stand_in.kernel(source, "anatomy")

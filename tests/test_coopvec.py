@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.experiments.reduction import always
+from bench.experiments.reduction import always, forward_twice
 
 from bakery.nn.encodings import FrequencyEncoding
 from bakery.nn.network import NetworkSpec
@@ -37,20 +37,18 @@ def test_coopvec_forward_matches_reference(coopvec_device):
     assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 5e-3
 
 
-@pytest.mark.parametrize("reduction", ["slices", "splitk-mma", "splitk-mma-copy", "splitk-mma-generated",
-                                       "splitk-mma-tiles", "splitk-mma-tiles-half", "splitk-mma-blocks",
+@pytest.mark.parametrize("reduction", ["slices", "splitk-mma", "splitk-mma-generated", "splitk-mma-blocks",
                                        "splitk-mma-blocks-warp-copies", "splitk-mma-blocks-two-forwards",
                                        "splitk-mma-blocks-warp-copies-column-groups"])
 @pytest.mark.parametrize("batch", [BATCH, 1 << 18, 1000])
 def test_coopvec_gradients_match_reference(coopvec_device, batch, reduction, monkeypatch):
     """Per layer, at a small, a production and a ragged batch (fp32 sums, no 1/batch in
-    fp16), with per-workgroup slices and with split-K on cooperative matrices (with and
-    without transposed weight copies for the input gradients, with the backward pass
-    generated rather than derived, and as tiles, fp32 or fp16 accumulators), and with the
-    stored rows interleaved over blocks of samples, stored per thread or copied per warp;
-    with the generated pass after one forward (the default) or after two (bwd_diff's
-    primal, then backward_layers'); and with each block's slots stored column group by
-    column group (row_tiles)."""
+    fp16), with per-workgroup slices and with split-K on cooperative matrices (with the
+    backward pass derived by autodiff or generated), and with the stored rows interleaved
+    over blocks of samples, stored per thread or copied per warp; with the generated pass
+    after one forward (the default) or after two (bwd_diff's primal, then
+    backward_layers': the lab's forward_twice); and with each block's slots stored column
+    group by column group (row_tiles)."""
     import slangpy as spy
 
     from bakery.nn import parameters
@@ -58,15 +56,13 @@ def test_coopvec_gradients_match_reference(coopvec_device, batch, reduction, mon
     if reduction != "slices" and not coopvec_device.spy.has_feature(spy.Feature.cooperative_matrix):
         pytest.skip("the device has no cooperative matrices")
     monkeypatch.setattr(parameters, "default_reduction", always(parameters.CoopVecReduction(
-        **({} if reduction == "slices" else {"mode": "splitk", "reduce": "mma"}),
-        **({"group": 128, "backward": "mma"} if "tiles" in reduction else {}),
-        **({"tile_accumulator": "half"} if reduction.endswith("half") else {}),
+        **({} if reduction == "slices" else {"mode": "splitk"}),
         **({"group": 128, "row_block": 32} if "blocks" in reduction else {}),
         **({"row_copy": True} if "warp-copies" in reduction else {}),
-        **({"single_forward": False} if "two-forwards" in reduction else {}),
         **({"row_tiles": True} if "column-groups" in reduction else {}),
-        transposed_copy=reduction.endswith("-copy"),
         generated_backward=reduction.endswith("generated") or "blocks" in reduction)))
+    if "two-forwards" in reduction:
+        monkeypatch.setattr(parameters.ParameterStore, "defines", forward_twice(parameters.ParameterStore.defines))
     spec, params, image, obj, _ = _setup(coopvec_device, "leaky_relu")
     trainer = Trainer(coopvec_device, spec, obj, TrainConfig(batch=batch, seed=SEED), params=params)
     got = trainer.accumulate_gradients()
@@ -75,34 +71,6 @@ def test_coopvec_gradients_match_reference(coopvec_device, batch, reduction, mon
     for l in spec.layers:
         sl = slice(l.weight_offset, l.bias_offset + l.n_out)
         assert np.linalg.norm(got[sl] - ref[sl]) / np.linalg.norm(ref[sl]) < 1e-2, l
-
-
-@pytest.mark.parametrize("copy", ["transposed", "tiles"])
-def test_weight_copies_follow_each_update(coopvec_device, copy, monkeypatch):
-    """Transposed copies, and the tile backward pass's row-major ones: after training
-    steps, every copy slot holds the same fp16 value as its parameter's own slot, and that
-    value is the updated fp32 master weight."""
-    import slangpy as spy
-
-    from bakery.nn import parameters
-
-    if copy == "tiles" and not coopvec_device.spy.has_feature(spy.Feature.cooperative_matrix):
-        pytest.skip("the device has no cooperative matrices")
-    monkeypatch.setattr(parameters, "default_reduction", always(parameters.CoopVecReduction(transposed_copy=True)
-                        if copy == "transposed" else
-                        parameters.CoopVecReduction(group=128, mode="splitk", reduce="mma", backward="mma")))
-    spec, params, image, obj, _ = _setup(coopvec_device)
-    trainer = Trainer(coopvec_device, spec, obj, TrainConfig(batch=BATCH, seed=SEED), params=params)
-    trainer.train(3)
-    store = trainer.store
-    master = store.download()
-    assert not np.array_equal(master, params)
-    w16 = store.weights16.to_numpy().view(np.float16)
-    copied = np.flatnonzero(store.copy_pos_host >= 0)
-    assert copied.size > 0
-    own = w16[store.weight_pos_host[copied] // 2]
-    np.testing.assert_array_equal(w16[store.copy_pos_host[copied] // 2], own)
-    np.testing.assert_allclose(own.astype(np.float32), master[copied], rtol=1e-3, atol=1e-7)
 
 
 def test_loss_scale_overflow_skips_the_step_and_halves(coopvec_device):

@@ -86,74 +86,13 @@ def test_upload_places_fp16_weights_by_the_layout(store):
     assert (store.download() == params).all()
 
 
-def test_transposed_copies_hold_the_transposed_weights():
-    """transposed_copy: each layer whose input gradient is used also holds W^T in its own
-    layout, after every layer's W (the optimizer updates W and then copies from there)."""
-    spec = NetworkSpec(FrequencyEncoding(2, 3), (24, 40), 3)
-    store = ParameterStore(_FakeDevice(), spec, input_gradients=False,
-                           reduction=CoopVecReduction(transposed_copy=True))
-    params = spec.init_params(5)
-    store.upload(params)
-    w16 = store.weights16.to_numpy().view(np.float16)
-    owner = store.half_owner.to_numpy().view(np.uint32)
-    for k, l in enumerate(spec.layers):
-        args = [int(v) for v in store.linear_args[k].split(", ")]
-        wo, wt = args[0], args[8]
-        if k == 0:  # nothing reads the network's input gradient: no copy
-            assert wt == wo
-            continue
-        assert wt >= store.copy_begin
-        r, c = _padded(l.n_in, l.n_out)
-        block = w16[wt // 2: wt // 2 + r * c].reshape(c, r).T
-        w = params[l.weight_offset:l.bias_offset].reshape(l.n_out, l.n_in)
-        np.testing.assert_array_equal(block[:l.n_in, :l.n_out], w.T.astype(np.float16))
-        assert (np.sort(owner[wt // 2: wt // 2 + r * c])[:l.n_out * l.n_in]
-                == np.arange(l.weight_offset, l.bias_offset)).all()
-    # the optimizer's words (before copy_begin) own each parameter exactly once
-    main = owner[: store.copy_begin // 2]
-    assert np.array_equal(np.sort(main[main != 0xFFFFFFFF]), np.arange(spec.param_count))
-    assert store.weight_words * 4 == store.copy_begin and store.copy_words > 0
-
-
-def test_tile_copies_hold_row_major_weights_padded_to_tiles():
-    """backward "mma": each layer whose input gradient is used also holds W row-major,
-    zero-padded to whole 16 x 16 tiles (padding owned by no parameter, so the optimizer's
-    copy pass writes zeros there), after every layer's own W."""
-    spec = NetworkSpec(FrequencyEncoding(2, 3), (24, 40), 3)
-    store = ParameterStore(_FakeDevice(), spec, input_gradients=False, reduction=CoopVecReduction(
-        group=128, mode="splitk", reduce="mma", backward="mma"))
-    assert "#define BK_TILE_BWD 1\n" in store.defines() and "#define BK_TB_WIDTH 48\n" in store.defines()
-    params = spec.init_params(5)
-    store.upload(params)
-    w16 = store.weights16.to_numpy().view(np.float16)
-    owner = store.half_owner.to_numpy().view(np.uint32)
-    for k, l in enumerate(spec.layers):
-        wr = int(store.linear_args[k].split(", ")[9])
-        if k == 0:  # nothing reads the network's input gradient: no copy
-            assert wr == 0
-            continue
-        assert wr >= store.copy_begin and wr % 64 == 0
-        op, ip = -(-l.n_out // 16) * 16, -(-l.n_in // 16) * 16
-        block = w16[wr // 2: wr // 2 + op * ip].reshape(op, ip)
-        w = params[l.weight_offset:l.bias_offset].reshape(l.n_out, l.n_in)
-        np.testing.assert_array_equal(block[:l.n_out, :l.n_in], w.astype(np.float16))
-        assert not block[l.n_out:].any() and not block[:, l.n_in:].any()
-        slots = owner[wr // 2: wr // 2 + op * ip].reshape(op, ip)
-        assert (slots[:l.n_out, :l.n_in] == np.arange(l.weight_offset, l.bias_offset).reshape(l.n_out, l.n_in)).all()
-        assert (slots[l.n_out:] == 0xFFFFFFFF).all() and (slots[:, l.n_in:] == 0xFFFFFFFF).all()
-
-
-def test_tile_backward_refuses_what_it_cannot_run():
-    with pytest.raises(ValueError, match="splitk"):
-        CoopVecReduction(mode="splitk", backward="mma")  # per-thread sums, not "mma"
-    with pytest.raises(ValueError, match="transposed"):
-        CoopVecReduction(mode="splitk", reduce="mma", backward="mma", transposed_copy=True)
-    with pytest.raises(ValueError, match="unknown backward"):
-        CoopVecReduction(backward="tiles")
-    with pytest.raises(ValueError, match="with backward 'mma'"):
-        CoopVecReduction(mode="splitk", reduce="mma", tile_accumulator="half")  # no tile pass to use it
+def test_reduction_refuses_what_it_cannot_run():
+    with pytest.raises(ValueError, match="unknown gradient reduction mode 'atomic'"):
+        CoopVecReduction(mode="atomic")  # measured, not shipped (bench/HISTORY.md)
+    with pytest.raises(ValueError, match="multiple of 64"):
+        CoopVecReduction(group=96, stage=32, mode="splitk")  # the sum's 64-lane waves
     with pytest.raises(ValueError, match="row_block 8"):
-        CoopVecReduction(group=128, mode="splitk", reduce="mma", row_block=8)  # not whole 16-sample tiles
+        CoopVecReduction(group=128, mode="splitk", row_block=8)  # not whole 16-sample tiles
     with pytest.raises(ValueError, match="only split-K"):
         CoopVecReduction(group=128, row_block=32)  # slices store no rows
     with pytest.raises(ValueError, match="row_block 128"):
@@ -161,16 +100,11 @@ def test_tile_backward_refuses_what_it_cannot_run():
     with pytest.raises(ValueError, match="row_copy"):
         CoopVecReduction(group=128, mode="splitk", row_block=16, row_copy=True)  # copies of part lines
     with pytest.raises(ValueError, match="row_tiles needs row_copy"):
-        CoopVecReduction(group=128, mode="splitk", reduce="mma", row_block=32, row_tiles=True)  # no copies
-    with pytest.raises(ValueError, match="backward 'mma'"):
-        CoopVecReduction(group=128, mode="splitk", reduce="mma", backward="mma", row_block=32, row_copy=True)
+        CoopVecReduction(group=128, mode="splitk", row_block=32, row_tiles=True)  # no copies
     wide_rows = NetworkSpec(FrequencyEncoding(2, 3), (128,), 3)
     with pytest.raises(ValueError, match="row_copy: 256 threads"):
         ParameterStore(_FakeDevice(), wide_rows, reduction=CoopVecReduction(
-            group=256, mode="splitk", reduce="mma", row_block=32, row_copy=True))
-    wide = NetworkSpec(FrequencyEncoding(2, 3), (128,), 3)
-    with pytest.raises(ValueError, match="128-wide rows"):
-        ParameterStore(_FakeDevice(), wide, reduction=CoopVecReduction(mode="splitk", reduce="mma", backward="mma"))
+            group=256, mode="splitk", row_block=32, row_copy=True))
 
 
 def test_gradient_slices_sum_and_unscale():
@@ -187,18 +121,14 @@ def test_gradient_slices_sum_and_unscale():
 
 
 @pytest.mark.parametrize("group", [64, 128, 256])
-@pytest.mark.parametrize("staging,mode", [("coopvec", "slices"), ("packed", "atomic"), ("coopvec", "splitk")])
-def test_every_weight_has_one_accumulating_thread(group, staging, mode):
+def test_every_weight_has_one_accumulating_thread(group):
     """The ownership rule of bk_accumulate_layer/bk_store_layer covers each weight once."""
     spec = NetworkSpec(FrequencyEncoding(2, 3), (24, 40), 3)
-    red = CoopVecReduction(group=group, stage=64, staging=staging, mode=mode)
-    store = ParameterStore(_FakeDevice(), spec, reduction=red)
+    store = ParameterStore(_FakeDevice(), spec, reduction=CoopVecReduction(group=group, stage=64))
     total = 0
     for l in spec.layers:
         ci = -(-l.n_in // (group // l.n_out))
-        if red.chunked:  # whole groups of 8 inputs
-            ci = -(-ci // 8) * 8
-        groups = -(-l.n_in // ci) if red.chunked else group // l.n_out
+        groups = group // l.n_out
         assert groups <= group // l.n_out
         seen = np.zeros((l.n_out, l.n_in), int)
         for t in range(groups * l.n_out):
@@ -226,7 +156,7 @@ def test_default_reduction_takes_128_threads_for_the_widths_measured():
     assert default_reduction(_CoopMat(), narrow).group == 128
     assert default_reduction(_CoopMat(), wide).group == 256
     assert ParameterStore(_CoopMat(), wide).reduction.group == 256
-    assert default_reduction(_CoopMat(), narrow).reduce == "mma"
+    assert default_reduction(_CoopMat(), narrow).mode == "splitk"
     assert default_reduction(_CoopMat(), narrow).generated_backward
     # Rows in blocks of 32 everywhere; copied per warp, column group by column group, where
     # the copies' rows fit.

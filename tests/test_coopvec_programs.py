@@ -1,7 +1,9 @@
 """Every stage's training program for the CoopVec backend builds on any device: its Slang
 type-checks and links (train step, split-K sum, optimizer) with the default reduction of
-a device with cooperative matrices (the generated backward pass), with Slang's autodiff's
-and with the tile backward pass. The CPU device cannot run them; a device stand-in
+a device with cooperative matrices (the generated backward pass), with Slang's autodiff's,
+with rows stored per thread and with the forward run twice (the lab's forward_twice).
+tests/test_coopvec_spirv.py also generates their SPIR-V for every reduction the product
+can choose. The CPU device cannot run them; a device stand-in
 (tests/conftest.py) says it has cooperative vectors and matrices and lays matrices out as
 tests/test_coopvec_layout.py's fake does. So a CoopVec-only typo fails CI rather than a
 GPU call; the GPU runs them in test_coopvec.py, test_ntc.py and test_neural_material.py."""
@@ -11,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.experiments.reduction import always
+from bench.experiments.reduction import always, forward_twice
 
 from bakery.nn import parameters
 from bakery.nn.encodings import FrequencyEncoding
@@ -57,22 +59,21 @@ def _material(dev):
                                                                  directions="frame")
 
 
-@pytest.mark.parametrize("backward", ["default", "autodiff", "mma", "thread-stores", "two-forwards"])
+@pytest.mark.parametrize("backward", ["default", "autodiff", "thread-stores", "two-forwards"])
 @pytest.mark.parametrize("job", [_texture, _ntc, _ntc_patches, _ntc_patches_shuffle, _material],
                          ids=["neural_texture", "ntc", "ntc_patches", "ntc_patches_shuffle", "neural_material"])
 def test_training_program_builds_for_coopvec(coopvec_stand_in, job, backward, monkeypatch):
     if backward != "default":
         monkeypatch.setattr(parameters, "default_reduction", always(parameters.CoopVecReduction(
-            group=128, mode="splitk", reduce="mma", reduce_groups=132, unroll=2,
-            backward="mma" if backward == "mma" else "coopvec",
-            **({"generated_backward": True} if backward in ("thread-stores", "two-forwards") else {}),
-            single_forward=backward != "two-forwards")))
+            group=128, mode="splitk", reduce_groups=132, unroll=2,
+            generated_backward=backward in ("thread-stores", "two-forwards"))))
+    if backward == "two-forwards":
+        monkeypatch.setattr(parameters.ParameterStore, "defines", forward_twice(parameters.ParameterStore.defines))
     spec, objective = job(coopvec_stand_in)
     trainer = Trainer(coopvec_stand_in, spec, objective, TrainConfig(steps=1, batch=1024))
     assert trainer.store.coopvec and trainer._reduce is not None  # split-K: its sum kernel built too
-    assert ("#define BK_TILE_BWD 1" in trainer.source) == (backward == "mma")
     assert ("#define BK_GEN_BWD 1" in trainer.source) == (backward in ("default", "thread-stores", "two-forwards"))
     # one forward per sample wherever the backward pass is generated, unless switched off
-    assert ("#define BK_KEPT 1" in trainer.source) == (backward in ("default", "thread-stores", "mma"))
+    assert ("#define BK_KEPT 1" in trainer.source) == (backward in ("default", "thread-stores"))
     assert ("#define BK_ACTS_COPY 1" in trainer.source) == (backward == "default")
     assert ("#define BK_ACTS_TILED 1" in trainer.source) == (backward == "default")

@@ -75,11 +75,11 @@ def test_loss_gradients_match_numpy(device, loss):
     assert _rel(got, ref) < 1e-4
 
 
-@pytest.mark.parametrize("backward", ["coopvec", "generated", "mma"])
+@pytest.mark.parametrize("backward", ["coopvec", "generated"])
 def test_input_gradients_match_numpy(device, backward):
     """d loss / d input through the MLP and the frequency encoding (on CoopVec also with
-    the generated backward pass, and with it as cooperative-matrix tiles: the encoding's
-    backward takes the first layer's dx from the generated pass)."""
+    the generated backward pass: the encoding's backward takes the first layer's dx from
+    the generated pass)."""
     import slangpy as spy
 
     from bakery.nn.parameters import CoopVecReduction
@@ -96,8 +96,7 @@ def test_input_gradients_match_numpy(device, backward):
     from bakery.nn.parameters import ParameterStore
 
     generated = None if backward == "coopvec" else CoopVecReduction(
-        group=128, mode="splitk", reduce="mma", backward="mma" if backward == "mma" else "coopvec",
-        generated_backward=backward == "generated")
+        group=128, mode="splitk", generated_backward=True)
     store = ParameterStore(device, spec, reduction=generated)
     store.upload(params)
     store.reserve_rows(n)

@@ -2,7 +2,8 @@
 any device: it reads only plain buffers, so rows of stored activations written here
 from numpy can be reduced on lavapipe and checked against dW = dy^T x in float64.
 (The CoopVec stores that write those rows in training are checked on the GPU by
-test_coopvec.py.) The cooperative-matrix reduction runs where the device has them."""
+test_coopvec.py.) It sums on cooperative matrices, so it runs where the device has them
+(tests/test_coopvec_spirv.py compiles it everywhere)."""
 
 from __future__ import annotations
 
@@ -17,30 +18,26 @@ from bakery.nn.stack import NetworkStack
 from tests.test_coopvec_layout import _FakeDevice
 
 
-@pytest.mark.parametrize("group,groups,unroll,reduce,out_tiles,block", [
-    (256, 3, 1, "rows", 1, 1), (128, 5, 4, "rows", 1, 1), (256, 7, 8, "rows", 1, 1), (128, 5, 4, "rows", 1, 32),
-    (256, 3, 1, "mma", 1, 1), (128, 5, 2, "mma", 1, 1), (64, 2, 1, "mma", 1, 1), (256, 7, 4, "mma", 1, 1),
-    (256, 3, 2, "mma", 2, 1), (128, 5, 2, "mma", 2, 1), (128, 5, 1, "mma", 4, 1), (256, 7, 1, "mma", 3, 1),
-    (128, 5, 2, "mma", 1, 32), (256, 7, 1, "mma", 3, 128), (128, 5, 4, "rows", 1, -32), (128, 5, 2, "mma", 1, -32),
-    (128, 7, 1, "mma", 3, -128)])
+@pytest.mark.parametrize("group,groups,unroll,block", [
+    (256, 3, 1, 1), (128, 5, 2, 1), (64, 2, 1, 1), (256, 7, 4, 1), (128, 5, 2, 32), (256, 7, 1, 128),
+    (128, 5, 2, -32), (128, 7, 1, -128)])
 @pytest.mark.parametrize("stacked", [False, True])
-def test_split_k_reduction_matches_numpy(device, group, groups, unroll, reduce, out_tiles, block, stacked):
+def test_split_k_reduction_matches_numpy(device, group, groups, unroll, block, stacked):
     """Every layer's dW and db, also for a stack of networks (each network reduces its own
-    layers, found by their index in the whole store), with warps owning one output tile,
-    several, a whole layer, or a partial last group of them (out_tiles 2 over 3 tiles),
-    from rows stored one per sample or interleaved over blocks of samples (row_block),
-    their slots sample by sample or (block < 0 here) column group by column group (row_tiles)."""
+    layers, found by their index in the whole store), with warps owning one output tile or
+    several (a 40-wide layer over a 64-thread workgroup's one 64-lane wave), from rows
+    stored one per sample or interleaved over blocks of samples (row_block), their slots
+    sample by sample or (block < 0 here) column group by column group (row_tiles)."""
     import slangpy as spy
 
-    if reduce == "mma" and not device.spy.has_feature(spy.Feature.cooperative_matrix):
+    if not device.spy.has_feature(spy.Feature.cooperative_matrix):
         pytest.skip("the device has no cooperative matrices")
     spec = NetworkSpec(FrequencyEncoding(2, 3), (24, 40), 3)  # odd widths: padded rows and chunks
     if stacked:
         spec = NetworkStack((("Encoder", NetworkSpec(FrequencyEncoding(2, 3), (24,), 8)),
                              ("Network", NetworkSpec(IdentityEncoding(8), (40,), 3))))
     store = ParameterStore(_FakeDevice(), spec,
-                           reduction=CoopVecReduction(group=group, mode="splitk", unroll=unroll, reduce=reduce,
-                                                      out_tiles=out_tiles, row_block=abs(block),
+                           reduction=CoopVecReduction(group=group, mode="splitk", unroll=unroll, row_block=abs(block),
                                                       row_copy=block < 0, row_tiles=block < 0))
     batch = 1000
     rng = np.random.default_rng(7)
@@ -62,7 +59,7 @@ def test_split_k_reduction_matches_numpy(device, group, groups, unroll, reduce, 
     source = (store.defines() + "#define BAKERY_COOPVEC 1\n" + '#include "nn/mlp.slang"\n'
               + program_source(spec, store.linear_args) + '#include "nn/grad_reduce.slang"\n')
     module = device.spy.load_module_from_source(
-        f"grad_reduce_test_{group}_{unroll}_{reduce}_{out_tiles}_{block}_{stacked}", source)
+        f"grad_reduce_test_{group}_{unroll}_{block}_{stacked}", source)
     kernel = device.spy.create_compute_kernel(
         device.spy.link_program([module], [module.entry_point("bk_reduce_gradients")]))
     grads = make_buffer(device, np.zeros(spec.param_count, np.int64))  # fixed point (nn/fixed_point.slang)

@@ -1,8 +1,8 @@
 """The CoopVec backend's network optimizer (nn/adam.slang) on any device: it reads only
-plain buffers, so it runs on lavapipe. Where no weight copies need refreshing, the last
-workgroup of adam_step runs the loss-scale step (no dispatch of its own); it must leave
-what adam_step followed by loss_scale_update leaves, bit for bit, step after step:
-skipped steps with the scale halved, the scale doubled after its interval."""
+plain buffers, so it runs on lavapipe. The last workgroup of adam_step runs the
+loss-scale step (no dispatch of its own); it must leave what the same updates followed by
+the loss-scale step in a dispatch of its own leave, bit for bit, step after step: skipped
+steps with the scale halved, the scale doubled after its interval."""
 
 from __future__ import annotations
 
@@ -14,15 +14,34 @@ from bakery.nn.optimizers import Adam
 from bakery.nn.parameters import FIXED_POINT_SCALE, CoopVecReduction, ParameterStore, make_buffer
 from tests.test_coopvec_layout import _FakeDevice
 
+#: The reference: adam_step's updates and its loss-scale step as two dispatches, from the
+#: same functions of nn/adam.slang.
+TWO_DISPATCHES = r"""
+[shader("compute")]
+[numthreads(BK_ADAM_GROUP, 1, 1)]
+void adam_words(uint3 tid: SV_DispatchThreadID, uniform AdamUniforms u, uniform uint words, uniform uint slices)
+{
+    if (tid.x < words)
+        bk_adam_word(tid.x, slices, u);
+}
+
+[shader("compute")]
+[numthreads(1, 1, 1)]
+void loss_scale_update(uniform float norm, uniform float interval, uniform float max_scale)
+{
+    bk_loss_scale_step(norm, interval, max_scale);
+}
+"""
+
 
 def test_adam_step_runs_the_loss_scale_step_in_its_last_workgroup(device):
     spec = NetworkSpec(FrequencyEncoding(2, 3), (64, 40), 3)  # 7.5k parameters: 15 workgroups of adam_step
     store = ParameterStore(_FakeDevice(), spec, reduction=CoopVecReduction(group=128, mode="splitk"))
-    assert store.copy_words == 0
-    source = store.defines() + "#define BAKERY_COOPVEC 1\n" + '#include "nn/adam.slang"\n'
+    source = store.defines() + "#define BAKERY_COOPVEC 1\n" + '#include "nn/adam.slang"\n' + TWO_DISPATCHES
     module = device.spy.load_module_from_source("loss_scale_test", source)
-    adam, scale = (device.spy.create_compute_kernel(device.spy.link_program([module], [module.entry_point(e)]))
-                   for e in ("adam_step", "loss_scale_update"))
+    adam, words_only, scale = (
+        device.spy.create_compute_kernel(device.spy.link_program([module], [module.entry_point(e)]))
+        for e in ("adam_step", "adam_words", "loss_scale_update"))
     n, words = spec.param_count, store.weight_words
     assert words > 4 * 256
     rng = np.random.default_rng(5)
@@ -49,14 +68,14 @@ def test_adam_step_runs_the_loss_scale_step_in_its_last_workgroup(device):
                 loss = s["g_loss_state"].to_numpy().view(np.float32).copy()
                 loss[2] = 1.0
                 s["g_loss_state"].copy_from_numpy(loss)
-        u = dict(u=opt.uniforms(step, opt.lr, n, 1.0), words=words, slices=1, **scaling)
+        u = dict(u=opt.uniforms(step, opt.lr, n, 1.0), words=words, slices=1)
 
         def separate(enc):
-            adam.dispatch([words, 1, 1], vars=two, command_encoder=enc, fused_scale=0, **u)
-            scale.dispatch([1, 1, 1], vars=two, command_encoder=enc, copy_first_word=words, copy_words=0, **scaling)
+            words_only.dispatch([words, 1, 1], vars=two, command_encoder=enc, **u)
+            scale.dispatch([1, 1, 1], vars=two, command_encoder=enc, **scaling)
 
         device.submit(separate)
-        device.submit(lambda enc: adam.dispatch([words, 1, 1], vars=one, command_encoder=enc, fused_scale=1, **u))
+        device.submit(lambda enc: adam.dispatch([words, 1, 1], vars=one, command_encoder=enc, **u, **scaling))
         device.wait()
         for name in two:
             np.testing.assert_array_equal(one[name].to_numpy(), two[name].to_numpy(), err_msg=f"step {step}: {name}")

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.experiments.reduction import always
+from bench.experiments.ntc_scatter import NONE, latent_texture_fit
+from bench.experiments.reduction import forward_twice
 from click.testing import CliRunner
 
 from bakery.cli import main
@@ -634,27 +635,26 @@ def test_latent_scatters_give_the_same_bits(device, steps, layout, size, bpp):
     narrower waves leave it to the H200's run of this test."""
     from bakery.nn.optimizers import Adam
     from bakery.nn.trainer import TrainConfig, Trainer
-    from bakery.stages.ntc.objective import LatentTextureFit
 
     if steps > 1 and device.coopvec:
         pytest.skip("CoopVec sums weight gradients in fp32 in any order: only the first step is exact")
     mat, image, point = _bricks_crop(size, bpp)
 
     def train(scatter: str, layout: str) -> np.ndarray:
-        obj = LatentTextureFit(device, image, point.grid, normal_channel=mat.normal_channel, noise_steps=steps,
-                               latent_scatter=scatter, **LAYOUTS[layout])
+        obj = latent_texture_fit(device, image, point.grid, normal_channel=mat.normal_channel, noise_steps=steps,
+                                 latent_scatter=scatter, **LAYOUTS[layout])
         tr = Trainer(device, point.network, obj, TrainConfig(steps=steps, batch=1000, optimizer=Adam(lr=5e-3), seed=4))
         before = obj.raw_latents()
         tr.train()
         after = obj.raw_latents()
         moved = np.count_nonzero(after != before)
-        assert (moved == 0) if scatter == "none" else (moved > before.size // 4)  # "none" is the diagnostic
+        assert (moved == 0) if scatter == NONE else (moved > before.size // 4)  # the lab's: no latent gradients
         return after
 
     thread = train("thread", layout)
     np.testing.assert_array_equal(thread, train("staged", layout))
     np.testing.assert_array_equal(thread, train("shuffle", layout))
-    train("none", layout)
+    train(NONE, layout)
     if layout != "texels":
         assert not np.array_equal(thread, train("thread", "texels"))
 
@@ -785,8 +785,6 @@ def test_one_forward_gives_the_latents_two_gave(coopvec_device, monkeypatch):
     carries the same input gradients back to the latents as bwd_diff through the network's
     forward, run twice: after a step (fixed-point latent sums, order-free) the latents are
     the same bits either way."""
-    from dataclasses import replace
-
     from bakery.nn import parameters
     from bakery.nn.optimizers import Adam
     from bakery.nn.trainer import TrainConfig, Trainer
@@ -794,11 +792,12 @@ def test_one_forward_gives_the_latents_two_gave(coopvec_device, monkeypatch):
 
     mat, image, point = _bricks_crop(48, 16.0)
     base = parameters.default_reduction(coopvec_device, point.network)
+    defines = parameters.ParameterStore.defines
     if not base.generated_backward:
         pytest.skip("the device's default backward pass is not generated (no cooperative matrices)")
 
     def latents_after_a_step(single: bool) -> np.ndarray:
-        monkeypatch.setattr(parameters, "default_reduction", always(replace(base, single_forward=single)))
+        monkeypatch.setattr(parameters.ParameterStore, "defines", defines if single else forward_twice(defines))
         obj = LatentTextureFit(coopvec_device, image, point.grid, normal_channel=mat.normal_channel)
         tr = Trainer(coopvec_device, point.network, obj, TrainConfig(steps=1, batch=1000, optimizer=Adam(lr=5e-3),
                                                                      seed=4))

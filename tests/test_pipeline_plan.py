@@ -50,6 +50,33 @@ def test_ntc_closure_follows_includes_and_python_that_generates_slang():
     assert "stages/neural_texture/stage.py" not in names      # another stage's code is not ours
 
 
+def test_imports_nested_in_functions_branches_and_handlers_are_followed():
+    from bakery.pipeline.fingerprint import _imported_modules
+
+    source = b"""
+import os, bakery.a
+class C:
+    def f(self):
+        if x:
+            from bakery import b
+        else:
+            from .c import d
+        try:
+            import bakery.e
+        except ImportError:
+            import bakery.g
+        finally:
+            from ..h import i
+match y:
+    case 1:
+        import bakery.j
+x = [__import__("bakery.not_a_statement")]
+"""
+    assert set(_imported_modules(source, "bakery.stages.s")) == {
+        "bakery.a", "bakery", "bakery.b", "bakery.stages.s.c", "bakery.stages.s.c.d", "bakery.e", "bakery.g",
+        "bakery.stages.h", "bakery.stages.h.i", "bakery.j"}
+
+
 @pytest.mark.parametrize("touched", ["nn/adam_math.slang", "nn/fixed_point.slang", "nn/activations.slang",
                                      "stages/ntc/latent_grid.slang", "nn/codegen.py", "stages/ntc/rate.py"])
 def test_touching_any_included_file_changes_the_key(tmp_path, touched):

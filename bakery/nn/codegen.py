@@ -9,7 +9,7 @@ from bakery.nn.network import NetworkSpec
 #: Where the CoopVec backend's networks take their generated backward pass
 #: (``layer_backward_source``, ``kept_source``) instead of Slang's autodiff
 #: (nn/mlp_coopvec.slang); ParameterStore's BK_KEPT is set under the same condition.
-GENERATED = "BK_GEN_BWD || BK_TILE_BWD"
+GENERATED = "BK_GEN_BWD"
 
 
 def program_source(spec, linear_args: list[str]) -> str:
@@ -40,7 +40,7 @@ def network_source(spec: NetworkSpec, linear_args: list[str], name: str = "Netwo
     grad = first[5] if len(first) > 5 else "1"
     body = _forward_layers(spec, linears, "x", grad, "let h")
     layered = (layer_backward_source(spec, linears, grad) + kept_source(spec, linears, grad)
-               if len(first) > 9 else [])
+               if len(first) > 7 else [])
     return "\n".join([
         f"struct {name}",
         "{",
@@ -131,11 +131,10 @@ def kept_source(spec: NetworkSpec, linears: list[str], grad: str) -> list[str]:
 def layer_backward_source(spec: NetworkSpec, linears: list[str], grad: str) -> list[str]:
     """CoopVec backend: ``backward_layers``, the network's backward pass written out rather
     than derived by Slang's autodiff: the forward again, keeping only each layer's output
-    (every activation's derivative follows from its output, as whole-vector fp16 operations
-    whatever BK_VEC_ACT says), then the layers in reverse, each doing what its backward()
-    does (split-K row stores, or the staged per-thread sums) and returning dx = W^T dz
-    (``Linear.backward_step``: one transposed matrix-vector product per sample, or the
-    warp's cooperative-matrix tiles with BK_TILE_BWD)."""
+    (every activation's derivative follows from its output, as whole-vector fp16
+    operations), then the layers in reverse, each doing what its backward() does (split-K
+    row stores, or the staged per-thread sums) and returning dx = W^T dz
+    (``Linear.backward_step``: one transposed matrix-vector product per sample)."""
     body = _forward_layers(spec, linears, "x.p", "0", "let h") + _reverse_layers(spec, linears, grad, "h")
     return [f"#if {GENERATED}",
             f"    static void backward_layers(inout DifferentialPair<float[{spec.n_inputs}]> x, "

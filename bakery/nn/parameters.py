@@ -18,9 +18,6 @@ import numpy as np
 
 from bakery.nn.network import NetworkSpec
 
-#: Groupshared bytes the "mma" backward pass may take for its rows (BK_TB_ROW halfs per
-#: thread), leaving room for the objective's own under the 48 KiB NVIDIA's Vulkan driver offers.
-TILE_BACKWARD_SHARED_BYTES = 32768
 #: Groupshared bytes the warp copies of split-K rows may take (row_copy): NVIDIA's Vulkan
 #: driver offers 48 KiB a workgroup, and the objectives keep some for themselves.
 ROW_COPY_SHARED_BYTES = 24576
@@ -29,110 +26,57 @@ ROW_COPY_SHARED_BYTES = 24576
 FIXED_POINT_SCALE = float(2 ** 40)
 
 
-#: BK_STAGING values (bakery/nn/mlp_coopvec.slang).
-STAGINGS = {"elements": 0, "coopvec": 1, "none": 2, "packed": 3}
-
-
 @dataclass(frozen=True)
 class CoopVecReduction:
-    """How the CoopVec backend reduces weight gradients (bakery/nn/mlp_coopvec.slang).
+    """How the CoopVec backend reduces weight gradients (bakery/nn/mlp_coopvec.slang): the
+    two designs the product ships, default_reduction choosing by the device. The designs
+    measured against them (other stagings and sums, fp32 atomics, transposed weight copies,
+    a backward pass on cooperative matrices) are recorded in bench/HISTORY.md.
 
     ``group``: threads per training workgroup (samples per tile); ``max_groups``: the
-    persistent workgroups a step runs at most (default_reduction: two per multiprocessor); ``mode``: "slices" (each workgroup writes
-    its own fp32 slice, the optimizer sums them) or "atomic" (one 64-bit fixed-point atomic
-    add per weight per workgroup: order-independent); ``stage``: samples staged in groupshared memory at once;
-    ``staging``: how a layer's samples reach groupshared memory ("coopvec": whole-vector
-    stores into fp16 rows; "elements": one element at a time; "packed": pairs packed in
-    words, read 16 bytes at a time); ``vector_activations``: activations as CoopVec
-    operations rather than element loops; ``unroll``: split-K samples whose loads are
-    issued together; ``reduce``: how split-K sums the stored rows ("rows": each thread its
-    weights, sample by sample; "mma": tiled products on cooperative matrices, which needs
-    the device's Feature.cooperative_matrix); ``reduce_groups``: split-K's reduction
-    workgroups per layer (0: ``max_groups``); ``out_tiles``: the least number of 16-wide
-    output tiles each warp of the "mma" sum owns (more warps per tile re-read a block's
-    input tiles; a layer's whole width reads each stored tile once, at the cost of
-    registers for every accumulator). It is a floor: a warp owns max(out_tiles,
-    ceil(tiles / (group / 64))) so that 64-lane waves cover the layer, so at 128 threads a
-    64-wide layer's warps own 2 tiles whatever is asked; ``transposed_copy``: the backward pass
-    multiplies by a stored transposed copy of each weight matrix (written after each
-    update) rather than by the matrix transposed inside the product; ``backward``: how the
-    training kernel carries gradients back through the layers ("coopvec": one transposed
-    matrix-vector product per sample; "mma": each warp multiplies its lanes' samples' output
-    gradients by a row-major fp16 copy of the weights as 16 x 16 tiles on cooperative
-    matrices, the copies written after each update; needs split-K on "mma");
-    ``tile_accumulator``: the element type of that product's accumulators ("float" or
-    "half": no conversion before the tiles go back to groupshared memory);
-    ``generated_backward``: each network's backward pass as nn/codegen.py writes it out
-    (the forward again keeping layer outputs, then the layers in reverse) rather than as
-    Slang's autodiff derives it (the tile backward pass is always generated); its
-    activation derivatives are fp16 vector operations even with vector_activations off.
+    persistent workgroups a step runs at most (default_reduction: two per multiprocessor);
+    ``mode``: "slices" (each workgroup stages its samples in groupshared memory, ``stage``
+    at a time, sums its own fp32 slice of the gradient and the optimizer sums the slices)
+    or "splitk" (the training kernel stores each sample's layer inputs and output
+    gradients; a second kernel sums them on cooperative matrices, which needs the device's
+    Feature.cooperative_matrix, and adds them in 64-bit fixed point: order-independent);
+    ``unroll``: split-K sample blocks whose loads are issued together; ``reduce_groups``:
+    split-K's reduction workgroups per layer (0: ``max_groups``); ``generated_backward``:
+    each network's backward pass as nn/codegen.py writes it out (the layers in reverse from
+    the outputs its forward kept: one forward per training sample where the objective can,
+    BK_KEPT; ``Network.forward_kept``) rather than as Slang's autodiff derives it;
     ``row_block``: split-K's stored rows interleaved over blocks of this many samples: each
     layer's x (then dy) of the block's samples lie together, so that consecutive samples'
-    stores land side by side (1: one whole row per sample; above 1: a multiple of 16 with
-    reduce "mma", and dividing ``group``); ``row_copy``: each warp stages its samples' rows
-    in groupshared memory and copies them out 16 bytes per lane, whole cache lines at a
-    time, rather than each thread storing its own vectors (needs ``row_block`` a multiple
-    of 32 for the copies to cover whole lines); ``row_tiles``: within a block, each slot's
-    16-wide column groups lie one after another, each the block's samples' 32 bytes in turn,
-    so that a tile the cooperative-matrix sum loads is 512 contiguous bytes rather than 16
-    pieces of 32 a slot's width apart (needs ``row_copy``; slots padded to 16 halfs); ``single_forward``: with a generated
-    backward pass, objectives that can run a training sample's forward once, keeping its
-    layer outputs for the backward pass (BK_KEPT; ``Network.forward_kept``), rather than
-    twice through ``bwd_diff`` (benchmarks switch it off to time the difference).
-    ``staging`` "none" and ``skip_sums`` leave
-    out the staging and the per-thread sums (wrong gradients; in split-K mode, the row
-    stores and the reduction dispatch): bench/grad_reduction.py times the parts with them.
+    stores land side by side (1: one whole row per sample; above 1: a multiple of 16
+    dividing ``group``); ``row_copy``: each warp stages its samples' rows in groupshared
+    memory and copies them out 16 bytes per lane, whole cache lines at a time, rather than
+    each thread storing its own vectors (needs ``row_block`` a multiple of 32 for the
+    copies to cover whole lines); ``row_tiles``: within a block, each slot's 16-wide column
+    groups lie one after another, each the block's samples' 32 bytes in turn, so that a
+    tile the cooperative-matrix sum loads is 512 contiguous bytes rather than 16 pieces of
+    32 a slot's width apart (needs ``row_copy``).
     """
 
     group: int = 256
     max_groups: int = 264
     mode: str = "slices"
     stage: int = 64
-    staging: str = "coopvec"
-    vector_activations: bool = True
-    skip_sums: bool = False
-    unroll: int = 1  # split-K: samples whose loads the reduction issues together
-    reduce: str = "rows"
+    unroll: int = 1  # split-K: sample blocks whose loads the reduction issues together
     reduce_groups: int = 0
-    out_tiles: int = 1
-    transposed_copy: bool = False
-    backward: str = "coopvec"
-    tile_accumulator: str = "float"
     generated_backward: bool = False
     row_block: int = 1
     row_copy: bool = False
     row_tiles: bool = False
-    single_forward: bool = True
-
-    @property
-    def chunked(self) -> bool:
-        """Threads own whole groups of 8 inputs (BK_CHUNKED in mlp_coopvec.slang)."""
-        return self.staging == "packed" or self.mode == "splitk"
 
     def __post_init__(self):
-        if self.mode not in ("slices", "atomic", "splitk"):
-            raise ValueError(f"unknown gradient reduction mode {self.mode!r}")
-        if self.staging not in STAGINGS:
-            raise ValueError(f"unknown staging {self.staging!r}")
+        if self.mode not in ("slices", "splitk"):
+            raise ValueError(f"unknown gradient reduction mode {self.mode!r} (known: slices, splitk)")
         if self.group % self.stage:
             raise ValueError("group must be a multiple of stage")
-        if self.reduce not in ("rows", "mma") or (self.reduce == "mma" and self.mode != "splitk"):
-            raise ValueError(f"reduce {self.reduce!r}: 'rows', or 'mma' with mode 'splitk'")
-        if self.out_tiles < 1 or (self.out_tiles > 1 and self.reduce != "mma"):
-            raise ValueError(f"out_tiles {self.out_tiles}: at least 1, and above 1 only with reduce 'mma'")
-        if self.reduce == "mma" and self.group % 64:
-            raise ValueError("reduce 'mma' needs a workgroup of a multiple of 64 threads")
-        if self.backward not in ("coopvec", "mma"):
-            raise ValueError(f"unknown backward pass {self.backward!r} (known: coopvec, mma)")
-        if self.backward == "mma" and (self.reduce != "mma" or self.transposed_copy):
-            raise ValueError("backward 'mma' needs mode 'splitk' with reduce 'mma', and no transposed copies")
-        if self.tile_accumulator not in ("float", "half") or (self.tile_accumulator != "float"
-                                                                 and self.backward != "mma"):
-            raise ValueError(f"tile accumulator {self.tile_accumulator!r}: 'float', or 'half' with backward 'mma'")
-        if self.row_block < 1 or self.group % self.row_block or (
-                self.row_block > 1 and self.reduce == "mma" and self.row_block % 16):
-            raise ValueError(f"row_block {self.row_block}: divides group {self.group}, and with reduce 'mma' is 1 "
-                             "or a multiple of 16")
+        if self.mode == "splitk" and self.group % 64:
+            raise ValueError("split-K needs a workgroup of a multiple of 64 threads")
+        if self.row_block < 1 or self.group % self.row_block or (self.row_block > 1 and self.row_block % 16):
+            raise ValueError(f"row_block {self.row_block}: divides group {self.group}, and is 1 or a multiple of 16")
         if self.row_block > 1 and self.mode != "splitk":
             raise ValueError(f"row_block {self.row_block}: only split-K stores rows (mode 'splitk')")
         if self.row_copy and (self.mode != "splitk" or self.row_block % 32):
@@ -140,21 +84,16 @@ class CoopVecReduction:
                              "(a warp's copies then write whole lines)")
         if self.row_tiles and not self.row_copy:
             raise ValueError("row_tiles needs row_copy (the warp copies write the column groups)")
-        if self.row_copy and self.backward == "mma":
-            raise ValueError("row_copy with backward 'mma': their groupshared rows together exceed the "
-                             "driver's 48 KiB at the widths measured")
 
     @property
     def split_k_groups(self) -> int:
         """Workgroups per layer of the split-K reduction dispatch."""
         return self.reduce_groups or self.max_groups
 
-    @property
-    def row_align(self) -> int:
-        """Halfs each layer's x or dy segment of a stored row is padded to: whole 16 x 16
-        tiles for the cooperative-matrix reduction and whole column groups for row_tiles,
-        16-byte groups otherwise."""
-        return 16 if self.reduce == "mma" or self.row_tiles else 8
+
+#: Halfs each layer's x or dy segment of a stored split-K row is padded to: whole 16 x 16
+#: tiles of the cooperative-matrix sum (and whole column groups for row_tiles).
+ROW_ALIGN = 16
 
 
 #: Partial sums one weight gradient may receive in the CoopVec backend's 64-bit fixed point
@@ -194,7 +133,7 @@ def default_reduction(device, spec) -> CoopVecReduction:
         narrow = all(l.n_out <= 64 for l in spec.layers)
         group = 128 if narrow else 256
         copies = row_copy_bytes(spec, group) <= ROW_COPY_SHARED_BYTES
-        return CoopVecReduction(group=group, mode="splitk", reduce="mma", reduce_groups=sms or 0, unroll=2,
+        return CoopVecReduction(group=group, mode="splitk", reduce_groups=sms or 0, unroll=2,
                                 generated_backward=True, row_block=32, row_copy=copies, row_tiles=copies, **sized)
     return CoopVecReduction(**sized)
 
@@ -211,10 +150,10 @@ def _copy_row_groups(slot_bytes: int) -> int:
     return slot_bytes // 16 | 1
 
 
-def row_copy_bytes(spec, group: int, align: int = 16) -> int:
+def row_copy_bytes(spec, group: int) -> int:
     """Groupshared bytes of row_copy's staging rows (bk_act_rows): one row per thread of
-    the widest layer side, its slots padded to ``align`` halfs (CoopVecReduction.row_align)."""
-    widest = max(max(_align(l.n_in, align), _align(l.n_out, align)) for l in spec.layers)
+    the widest layer side, its slots padded to ROW_ALIGN halfs."""
+    widest = max(max(_align(l.n_in, ROW_ALIGN), _align(l.n_out, ROW_ALIGN)) for l in spec.layers)
     return group * _copy_row_groups(2 * widest) * 16
 
 
@@ -222,12 +161,13 @@ def _align(n: int, a: int) -> int:
     return (n + a - 1) // a * a
 
 
-def _inputs_per_thread(n_in: int, n_out: int, group: int, chunked: bool) -> int:
-    """Weights of one row a training thread owns (BkOwnership in mlp_coopvec.slang):
-    the row's inputs split over group // n_out threads, rounded up to whole groups of 8
-    where the staging or the split-K reduction reads them 8 at a time."""
+def _inputs_per_thread(n_in: int, n_out: int, group: int, split_k: bool) -> int:
+    """Weights of one row a training thread owns (BkOwnership in mlp_coopvec.slang): the
+    row's inputs split over group // n_out threads. Split-K kernels own none (they only
+    zero the accumulators in bk_train_begin); they are sized there in whole groups of 8, so
+    that their code stays as measured."""
     ci = -(-n_in // (group // n_out))
-    return -(-ci // 8) * 8 if chunked else ci
+    return -(-ci // 8) * 8 if split_k else ci
 
 
 def _usage():
@@ -330,42 +270,14 @@ class ParameterStore:
             weight_pos[l.bias_offset:l.bias_offset + l.n_out] = bo + 2 * np.arange(l.n_out)
             w16 = bo + 2 * l.n_out
             dx = int(self.input_gradients or k > 0)
-            pad = red.row_align
+            pad = ROW_ALIGN
             xo, do = row, row + 2 * _align(l.n_in, pad)  # this layer's x and dy in a g_acts row
             row = do + 2 * _align(l.n_out, pad)
             self.row_slots += [(xo, 2 * _align(l.n_in, pad)), (do, 2 * _align(l.n_out, pad))]
-            layout.append([wo, bo, l.weight_offset, l.bias_offset, acc, dx, xo, do, wo, 0])
-            acc += _inputs_per_thread(l.n_in, l.n_out, red.group, red.chunked) + 1  # and the bias
-        # Weight copies (transposed for transposed_copy, row-major for the "mma" backward pass)
-        # after every layer's own weights, so that the optimizer updates the words before
-        # copy_begin and then copies the rest.
-        copy_pos = np.full(spec.param_count, -1, np.int64)
-        self.copy_begin = _align(w16, 64)
-        w16 = self.copy_begin
-        for k, l in enumerate(spec.layers):
-            if red.transposed_copy and layout[k][5]:
-                tpos, tsize = self._positions(l.n_in, l.n_out, np.float16)  # W^T: n_in x n_out
-                to = _align(w16, 64)
-                o, i = np.divmod(np.arange(l.n_out * l.n_in), l.n_in)  # canonical o * n_in + i
-                copy_pos[l.weight_offset:l.bias_offset] = to + 2 * tpos[i * l.n_out + o]
-                layout[k][8] = to
-                w16 = to + tsize
-            if red.backward == "mma" and layout[k][5]:
-                # Row-major W, zero-padded to whole 16 x 16 tiles: the tiles the backward pass loads.
-                ro, ip = _align(w16, 64), _align(l.n_in, 16)
-                o, i = np.divmod(np.arange(l.n_out * l.n_in), l.n_in)
-                copy_pos[l.weight_offset:l.bias_offset] = ro + 2 * (o * ip + i)
-                layout[k][9] = ro
-                w16 = ro + 2 * _align(l.n_out, 16) * ip
-        # The tile backward pass's rows hold dz and dx of the layers whose dx is used.
-        self.tile_width = max([_align(max(l.n_in, l.n_out), 16) for k, l in enumerate(spec.layers)
-                               if layout[k][5]] or [16])
-        shared = red.group * (self.tile_width + 8) * 2
-        if red.backward == "mma" and shared > TILE_BACKWARD_SHARED_BYTES:
-            raise ValueError(f"backward 'mma': {red.group} threads x {self.tile_width}-wide rows take {shared} "
-                             f"bytes of groupshared memory (at most {TILE_BACKWARD_SHARED_BYTES}); "
-                             "use a smaller workgroup")
-        copy_bytes = row_copy_bytes(spec, red.group, red.row_align)
+            layout.append([wo, bo, l.weight_offset, l.bias_offset, acc, dx, xo, do])
+            acc += _inputs_per_thread(l.n_in, l.n_out, red.group, red.mode == "splitk") + 1  # and the bias
+        self.weight_words = _align(w16, 64) // 4  # the fp16 words adam_step updates
+        copy_bytes = row_copy_bytes(spec, red.group)
         if red.row_copy and copy_bytes > ROW_COPY_SHARED_BYTES:
             raise ValueError(f"row_copy: {red.group} threads x rows of the widest layer take {copy_bytes} bytes "
                              f"of groupshared memory (at most {ROW_COPY_SHARED_BYTES}); use row_copy=False "
@@ -375,14 +287,9 @@ class ParameterStore:
         self.row_bytes = row
         self.acts = make_buffer(self.device, np.zeros(row * red.group, np.uint8))
         self.weight_pos_host = weight_pos
-        self.weights16 = make_buffer(self.device, np.zeros(_align(w16, 16), np.uint8))
+        self.weights16 = make_buffer(self.device, np.zeros(4 * self.weight_words, np.uint8))
         half_owner = np.full(self.weights16.size // 2, 0xFFFFFFFF, np.uint32)
         half_owner[weight_pos // 2] = np.arange(spec.param_count, dtype=np.uint32)
-        copied = np.flatnonzero(copy_pos >= 0)
-        half_owner[copy_pos[copied] // 2] = copied
-        self.copy_pos_host = copy_pos
-        self.weight_words = self.copy_begin // 4                        # updated by adam_step
-        self.copy_words = (self.weights16.size - self.copy_begin) // 4  # copied after it
         # fp32 slices, or one 64-bit fixed-point sum per parameter (order-independent atomics)
         self.grad_parts = make_buffer(self.device, np.zeros(red.max_groups * spec.param_count, np.float32)
                                       if red.mode == "slices" else np.zeros(spec.param_count, np.int64))
@@ -440,8 +347,6 @@ class ParameterStore:
             self.master.copy_from_numpy(canonical)
             w = np.zeros(self.weights16.size // 2, np.float16)
             w[self.weight_pos_host // 2] = canonical.astype(np.float16)
-            copied = np.flatnonzero(self.copy_pos_host >= 0)
-            w[self.copy_pos_host[copied] // 2] = canonical[copied].astype(np.float16)
             self.weights16.copy_from_numpy(w)
         else:
             self.params.copy_from_numpy(canonical)
@@ -470,20 +375,13 @@ class ParameterStore:
         red, layers = self.reduction, self.spec.layers
         return "".join(f"#define {k} {v}\n" for k, v in (
             ("BK_GROUP", red.group), ("BK_MAX_GROUPS", red.max_groups), ("BK_STAGE", red.stage),
-            ("BK_GRAD_MODE", ("slices", "atomic", "splitk").index(red.mode)),
+            ("BK_GRAD_MODE", {"slices": 0, "splitk": 2}[red.mode]),
             ("BK_PARAM_COUNT", self.spec.param_count), ("BK_ROW_BYTES", self.row_bytes),
             ("BK_ACC_COUNT", self.acc_count), ("BK_MAX_IN", max(l.n_in for l in layers)),
             ("BK_MAX_OUT", max(l.n_out for l in layers)),
-            ("BK_STAGING", STAGINGS[red.staging]),
-            ("BK_VEC_ACT", int(red.vector_activations)), ("BK_SKIP_SUMS", int(red.skip_sums)),
-            ("BK_REDUCE_UNROLL", red.unroll), ("BK_REDUCE_MMA", int(red.reduce == "mma")),
-            ("BK_REDUCE_OTILES", red.out_tiles),
-            ("BK_TRANSPOSED_COPY", int(red.transposed_copy)),
-            ("BK_GEN_BWD", int(red.generated_backward)),
-            ("BK_KEPT", int(red.single_forward and (red.generated_backward or red.backward == "mma"))),
-            ("BK_TILE_BWD", int(red.backward == "mma")), ("BK_TB_WIDTH", self.tile_width),
-            ("BK_TB_HALF_ACC", int(red.tile_accumulator == "half")),
-            ("BK_ROW_ALIGN", red.row_align), ("BK_ACTS_BLOCK", red.row_block), ("BK_ACTS_TILED", int(red.row_tiles)),
+            ("BK_REDUCE_UNROLL", red.unroll),
+            ("BK_GEN_BWD", int(red.generated_backward)), ("BK_KEPT", int(red.generated_backward)),
+            ("BK_ROW_ALIGN", ROW_ALIGN), ("BK_ACTS_BLOCK", red.row_block), ("BK_ACTS_TILED", int(red.row_tiles)),
             ("BK_ACTS_COPY", int(red.row_copy)),
             ("BK_ACTS_ROWQ", _copy_row_groups(max(w for _, w in self.row_slots)))))
 

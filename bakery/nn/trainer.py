@@ -3,8 +3,7 @@ Slang code computing its loss, Adam, a learning-rate schedule, checkpoints.
 
 A step is two dispatches (objective backward with gradient accumulation, then Adam; on
 the CoopVec backend also the split-K sum where it applies; the loss-scale update runs in
-Adam's last workgroup, or in a dispatch of its own where it also refreshes transposed
-weight copies), recorded many steps at a time into one command buffer so Python never sits
+Adam's last workgroup), recorded many steps at a time into one command buffer so Python never sits
 between GPU steps. Batches are drawn on the GPU from (seed, step, thread), and every
 gradient sum is fixed point or in a fixed order, so a run is reproducible bit for bit from
 its seed on either backend (on one GPU model, driver and compiler).
@@ -25,11 +24,6 @@ from bakery.nn.optimizers import Adam, learning_rate
 from bakery.nn.parameters import LOSS_SCALE_INTERVAL, LOSS_SCALE_MAX, ParameterStore
 
 GROUP = 64  # numthreads of objective kernels other than train_step (decode, evaluation)
-
-#: The loss-scale step runs in Adam's last workgroup where no weight copies need
-#: refreshing (nn/adam.slang); the same updates as a dispatch of its own, which benchmarks
-#: switch this off to time.
-FUSE_LOSS_SCALE = True
 
 
 class Objective(Protocol):
@@ -85,7 +79,7 @@ class Trainer:
                 raise ValueError("nothing to train: no network and no parameter groups")
             self.store = None
             self.source = objective.slang_source()
-            self._adam = self._scale = None
+            self._adam = None
         else:
             if type(config.optimizer) is not Adam:
                 raise ValueError(f"{type(config.optimizer).__name__} trains plain parameter groups only; "
@@ -98,8 +92,6 @@ class Trainer:
                            + program_source(spec, self.store.linear_args) + objective.slang_source())
             adam_source = self.store.defines() + '#include "nn/adam.slang"\n'
             self._adam = device.kernel(adam_source, "adam_step")
-            # the loss-scale step's own dispatch, where it also refreshes weight copies
-            self._scale = device.kernel(adam_source, "loss_scale_update") if self.store.coopvec else None
         self._train = device.kernel(self.source, "train_step")
         self._reduce = None
         if self.store is not None and self.store.coopvec and self.store.reduction.mode == "splitk":
@@ -149,7 +141,7 @@ class Trainer:
         self._train.dispatch([threads, 1, 1], vars=self._vars(), command_encoder=encoder,
                              u=self.objective.uniforms(self.step, c.batch, c.seed))
         self._mark(encoder, "train_step")
-        if self._reduce is not None and not self.store.reduction.skip_sums:
+        if self._reduce is not None:
             red = self.store.reduction
             groups = max(1, min(red.split_k_groups, -(-c.batch // red.group)))
             self._reduce.dispatch([groups * red.group, len(self.spec.layers), 1], vars=self._vars(),
@@ -172,14 +164,9 @@ class Trainer:
         if self.store is not None and self.store.coopvec:
             words, n = self.store.weight_words, self.spec.param_count
             scaling = dict(norm=self.store.loss_norm, interval=float(LOSS_SCALE_INTERVAL), max_scale=LOSS_SCALE_MAX)
-            copies = self.store.copy_words  # weight copies to refresh: the loss-scale step runs with them
-            separate = copies > 0 or not FUSE_LOSS_SCALE
             self._adam.dispatch([words, 1, 1], vars=self.store.optimizer_vars(), command_encoder=encoder,
                                 u=c.optimizer.uniforms(self.step + 1, lr, n, 1.0), words=words,
-                                slices=self.store.groups, fused_scale=int(not separate), **scaling)
-            if separate:
-                self._scale.dispatch([max(1, copies), 1, 1], vars=self.store.optimizer_vars(), command_encoder=encoder,
-                                     copy_first_word=self.store.weight_words, copy_words=copies, **scaling)
+                                slices=self.store.groups, **scaling)
         elif self.store is not None:
             n = self.spec.param_count
             self._adam.dispatch([n, 1, 1], vars=self.store.optimizer_vars(), command_encoder=encoder,

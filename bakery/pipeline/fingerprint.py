@@ -16,6 +16,7 @@ import hashlib
 import re
 import sys
 from pathlib import Path
+from typing import Iterator
 
 PACKAGE = "bakery"
 #: Modules that orchestrate bakes but never shape a bundle's bytes.
@@ -47,11 +48,18 @@ def _module_name(path: Path, root: Path) -> str:
 
 def _python_imports(path: Path, root: Path) -> list[str]:
     """``bakery`` modules imported by ``path`` (absolute and relative imports alike)."""
-    tree = ast.parse(path.read_bytes(), filename=str(path))
     here = _module_name(path, root)
     package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    return list(_imported_modules(path.read_bytes(), package))
+
+
+@functools.lru_cache(maxsize=None)
+def _imported_modules(source: bytes, package: str) -> tuple[str, ...]:
+    """The ``bakery`` modules a module of ``package`` with this source imports. Parsing is
+    most of a re-bake's planning and the stages share most of their files, so each text is
+    parsed once per process (keyed by the text itself: an edited file is parsed again)."""
     found = []
-    for node in ast.walk(tree):
+    for node in _statements(ast.parse(source).body):
         if isinstance(node, ast.Import):
             found += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -61,7 +69,16 @@ def _python_imports(path: Path, root: Path) -> list[str]:
                 base = ".".join(anchor + ([base] if base else []))
             found.append(base)
             found += [f"{base}.{a.name}" for a in node.names]  # `from pkg import module`
-    return [m for m in found if m == PACKAGE or m.startswith(PACKAGE + ".")]
+    return tuple(m for m in found if m == PACKAGE or m.startswith(PACKAGE + "."))
+
+
+def _statements(body: list) -> Iterator[ast.AST]:
+    """Every statement of ``body``, nested ones too (a lazy import inside a function
+    counts): imports are statements, so the expressions, most of a tree, are skipped."""
+    for node in body:
+        yield node
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            yield from _statements(getattr(node, field, None) or [])
 
 
 def _slang_references(text: str, path: Path, root: Path) -> list[Path]:

@@ -60,6 +60,15 @@ class DevicePool:
             return dev
         return open_for_task
 
+    def kernel_cache(self) -> dict[str, int]:
+        """The opened devices' kernel-cache counters (bakery.device.KernelCacheStats), summed."""
+        total: dict[str, int] = {}
+        for dev in self.opened.values():
+            stats = getattr(dev, "kernel_cache", None)  # a stand-in device may keep none
+            for k, v in (stats.to_dict() if stats is not None else {}).items():
+                total[k] = total.get(k, 0) + v
+        return total
+
     def info(self) -> dict | None:
         """The first opened device, for the bake report."""
         return next((d.info.to_dict() for d in self.opened.values()), None)
@@ -102,7 +111,15 @@ def build(spec: TaskSpec, cache: Cache, devices: DevicePool, *, log: logging.Log
     Raises :class:`TaskError`/:class:`UsageError` (one line) when the stage fails, and
     :class:`DeviceError` when no device can be had (that ends the whole bake).
     """
-    return cache.put(spec.key, build_into(spec, cache, devices, log=log, progress=progress), replace=replace)
+    before = devices.kernel_cache()
+    try:
+        return cache.put(spec.key, build_into(spec, cache, devices, log=log, progress=progress), replace=replace)
+    finally:
+        after = devices.kernel_cache()
+        if after:  # the task log says whether this task compiled or reused its kernels
+            new = {k: v - before.get(k, 0) for k, v in after.items()}
+            log.debug("kernels: %d Slang module(s) compiled, %d kernel(s) linked, %d reused from this process",
+                      new["modules"], new["kernels"], new["hits"])
 
 
 def build_into(spec: TaskSpec, cache: Cache, devices: DevicePool, *, log: logging.Logger,

@@ -1,20 +1,53 @@
-"""Choosing the CoopVec backend's gradient reduction for a benchmark run.
+"""Choosing the CoopVec backend's gradient reduction for a benchmark run, and the lab's
+variants of it that the product does not ship.
 
-The product picks one per device and network (bakery.nn.parameters.default_reduction);
-a benchmark that compares designs makes every ParameterStore of the process take the one
-it names instead, by replacing that choice. Nothing in ``bakery/`` holds such a setting.
+The product picks one reduction per device and network (bakery.nn.parameters.
+default_reduction); a benchmark that compares designs makes every ParameterStore of the
+process take the one it names instead, by replacing that choice. The variants that exist
+only to be measured live here, built from the product's pieces without a switch in
+``bakery/``:
+
+- :func:`forward_twice`: the generated backward pass after a second forward (bwd_diff
+  through Network.forward) instead of the one the objective kept (BK_KEPT);
+- :class:`Variant` ``skip_sum``: split-K without its sum dispatch (wrong gradients: times
+  the training kernel's row stores alone);
+- :func:`without_row_stores`: a network whose layers leave the split-K row stores out
+  (compiled in, never run), to time the backward pass alone (bench/backward_anatomy.py).
+
+Designs measured and dropped (fp32 atomics, other stagings, transposed weight copies, the
+backward pass on cooperative matrices, per-thread split-K sums) are in bench/HISTORY.md.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from bakery.nn import parameters
 from bakery.nn.parameters import CoopVecReduction
 
 _PRODUCT_CHOICE = parameters.default_reduction
-_chosen: CoopVecReduction | None = None
+_PRODUCT_DEFINES = parameters.ParameterStore.defines
+_chosen: Variant | None = None
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A reduction the product can run, and how the lab changes it around it."""
+
+    reduction: CoopVecReduction
+    forward_twice: bool = False
+    skip_sum: bool = False  # split-K: leave the sum dispatch out (wrong gradients)
+
+    def to_dict(self) -> dict:
+        return dict(self.reduction.__dict__, forward_twice=self.forward_twice, skip_sum=self.skip_sum)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Variant:
+        own = {f.name for f in fields(CoopVecReduction)}
+        return cls(CoopVecReduction(**{k: v for k, v in d.items() if k in own}),
+                   forward_twice=bool(d.get("forward_twice", False)), skip_sum=bool(d.get("skip_sum", False)))
 
 
 def always(reduction: CoopVecReduction):
@@ -22,23 +55,86 @@ def always(reduction: CoopVecReduction):
     return lambda device, spec: reduction
 
 
-def use(reduction: CoopVecReduction | None) -> CoopVecReduction | None:
-    """Every ParameterStore made from now on takes ``reduction`` (None: the product's choice)."""
+def forward_twice(defines):
+    """``ParameterStore.defines`` with BK_KEPT 0: objectives differentiate through
+    Network.forward, whose generated backward pass runs the forward again, rather than
+    keeping the training sample's forward (what the kept forward saves)."""
+    def patched(store) -> str:
+        return defines(store).replace("#define BK_KEPT 1\n", "#define BK_KEPT 0\n")
+    return patched
+
+
+def use(variant: Variant | CoopVecReduction | None) -> Variant | None:
+    """Every ParameterStore made from now on takes ``variant`` (None: the product's choice)."""
     global _chosen
-    _chosen = reduction
-    parameters.default_reduction = _PRODUCT_CHOICE if reduction is None else always(reduction)
-    return reduction
+    if isinstance(variant, CoopVecReduction):
+        variant = Variant(variant)
+    _chosen = variant
+    parameters.default_reduction = _PRODUCT_CHOICE if variant is None else always(variant.reduction)
+    parameters.ParameterStore.defines = (forward_twice(_PRODUCT_DEFINES) if variant is not None
+                                         and variant.forward_twice else _PRODUCT_DEFINES)
+    return variant
 
 
-def use_json(spec: str) -> CoopVecReduction:
-    """:func:`use` from JSON: a CoopVecReduction's fields, or bench/grad_reduction.py's
-    output file (its "best" entry)."""
+def apply(trainer) -> None:
+    """What the chosen variant changes in a built Trainer: ``skip_sum`` drops its split-K
+    sum dispatch."""
+    if _chosen is not None and _chosen.skip_sum:
+        trainer._reduce = None
+
+
+def use_json(spec: str) -> Variant:
+    """:func:`use` from JSON: a Variant's fields (a CoopVecReduction's, and the lab's), or
+    bench/grad_reduction.py's output file (its "best" entry)."""
     d = json.loads(Path(spec).read_text() if Path(spec).is_file() else spec)
     if "benchmark" in d:  # a grad_reduction.py result: its fastest correct variant, if any
         d = d.get("best") or {}
-    return use(CoopVecReduction(**d))
+    return use(Variant.from_dict(d))
 
 
-def chosen() -> CoopVecReduction | None:
-    """The reduction :func:`use` set, or None where the product chooses."""
+def chosen() -> Variant | None:
+    """The variant :func:`use` set, or None where the product chooses."""
     return _chosen
+
+
+#: The layer type of :func:`without_row_stores`: the product's Linear, except that its
+#: backward pass keeps the split-K rows only for a sample that never comes (so the
+#: compiler keeps the pass it would run, without the stores).
+NO_STORES_LAYER = r"""
+struct LabLinear<let I : int, let O : int, let WO : int, let BO : int, let PW : int, let PB : int, let AO : int,
+                 let DX : int, let XO : int, let DO : int>
+{
+    typealias L = Linear<I, O, WO, BO, PW, PB, AO, DX, XO, DO>;
+
+    [Differentiable]
+    [BackwardDerivative(backward)]
+    static CoopVec<half, O> eval(CoopVec<half, I> x) { return L.eval(x); }
+
+    static void backward(inout DifferentialPair<CoopVec<half, I>> x, CoopVec<half, O> dy)
+    {
+        if (bk_sample == 0xFFFFFFFFu)
+            L.keep_for_gradients(x.p, dy);
+        CoopVec<half, I> dx = CoopVec<half, I>(half(0.0));
+        if (DX != 0)
+            dx = coopVecMatMul<half, I>(dy, CoopVecComponentType::Float16, g_weights16, WO,
+                                        CoopVecComponentType::Float16, CoopVecMatrixLayout::TrainingOptimal, true, 0);
+        x = diffPair(x.p, dx);
+    }
+
+    static CoopVec<half, I> backward_step(CoopVec<half, I> x, CoopVec<half, O> dz)
+    {
+        var p = diffPair(x);
+        backward(p, dz);
+        return p.d;
+    }
+
+    static void store_gradients(uint group) { L.store_gradients(group); }
+    static void reduce_gradients(uint begin, uint end) { L.reduce_gradients(begin, end); }
+}
+"""
+
+
+def without_row_stores(network_source: str) -> str:
+    """A generated network's source (nn/codegen.py) whose layers are :data:`NO_STORES_LAYER`:
+    include it after nn/mlp.slang."""
+    return NO_STORES_LAYER + network_source.replace("Linear<", "LabLinear<")

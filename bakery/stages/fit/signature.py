@@ -79,10 +79,8 @@ def reflect(device, spec: FitSpec) -> Signature:
     """Compiles the user's file on ``device`` and reads ``spec.function``'s signature."""
     import slangpy as spy
 
-    source = shader_include(spec)
-    name = "bakery_fit_reflect_" + hashlib.sha256(source.encode()).hexdigest()[:16]
     try:
-        module = device.spy.load_module_from_source(name, source)
+        module = device.module(shader_include(spec))
     except spy.SlangCompileError as e:
         raise compile_error(spec, e) from None
     fn = module.layout.find_function_by_name(spec.function)

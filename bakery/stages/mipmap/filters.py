@@ -4,7 +4,7 @@
 * Toksvig (2005): the averaged unit normal's length |Na| < 1 measures how much the normals
   spread; variance = (1 - |Na|) / |Na| widens the lobe through the Blinn-Phong power,
   s' = s / (1 + variance * s), converted to and from GGX alpha by s = 2 / alpha^2 - 2.
-* vMF (Han et al. 2007, the form in ../shared/FIELD.md): fit a von Mises-Fisher lobe to the
+* vMF (Han et al. 2007, "Frequency domain normal map filtering"): fit a von Mises-Fisher lobe to the
   normals, kappa = (3r - r^3) / (1 - r^2) with r = |Na|, and add its spread to the
   lobe: alpha'^2 = alpha^2 + 1 / kappa.
 

@@ -14,7 +14,7 @@ from bakery.nn.parameters import PlainParameters, make_buffer
 from bakery.nn.texel_objective import TexelObjective
 from bakery.stages.ntc.texture_set import LOD_INPUT_SCALE, LatentGridSpec
 
-LATENT_SCATTER = ("thread", "staged", "none", "shuffle")  # BK_NTC_SCATTER 0, 1, 2, 3 in ntc_fit.slang
+LATENT_SCATTER = ("thread", "staged", "shuffle")  # BK_NTC_SCATTER 0, 1, 2 in ntc_fit.slang
 
 
 def color_pyramid(image: np.ndarray, count: int, normal_channel: int) -> list[np.ndarray]:
@@ -83,8 +83,7 @@ class LatentTextureFit(TexelObjective):
         #: against 352 us staged; chosen on NVIDIA's 32-lane warps, since 64-lane waves
         #: fall back to per-thread adds), "thread" (each thread its own; on the CPU device
         #: staging was slower, measured with the workgroup-staged design: 128^2 check, 254
-        #: against 186 ms/step), or "none" (a benchmark's diagnostic: the latents do not
-        #: train).
+        #: against 186 ms/step). All three add the same fixed-point values: the same bits.
         #: None: the device's choice. Read when the trainer compiles the kernels.
         if latent_scatter is None:
             latent_scatter = ("thread" if device.info.software else

@@ -1,8 +1,8 @@
-"""The generated backward pass (CoopVecReduction generated_backward) and its form as
-cooperative-matrix tiles (backward "mma") build on any device: their Slang type-checks
-and links for one network and for a stack of two, with and without the network's input
-gradient. They run only where the device has cooperative vectors (and matrices):
-test_coopvec.py and test_core_gradients.py check their gradients there."""
+"""The generated backward pass (CoopVecReduction generated_backward) builds on any device:
+its Slang type-checks and links for one network and for a stack of two, with and without
+the network's input gradient, on either gradient reduction. It runs only where the device
+has cooperative vectors: test_coopvec.py and test_core_gradients.py check its gradients
+there."""
 
 from __future__ import annotations
 
@@ -39,23 +39,19 @@ void train_step(uint3 tid: SV_DispatchThreadID, uint3 gtid: SV_GroupThreadID) {
 
 @pytest.mark.parametrize("stacked", [False, True])
 @pytest.mark.parametrize("input_gradients", [False, True])
-@pytest.mark.parametrize("accumulator", ["float", "half", "vectors"])
-def test_generated_backward_program_builds(device, stacked, input_gradients, accumulator):
-    """accumulator: the tile pass's ("float", "half"); "vectors": no tiles, one transposed
-    CoopVec product per sample."""
+@pytest.mark.parametrize("mode", ["splitk", "slices"])
+def test_generated_backward_program_builds(device, stacked, input_gradients, mode):
     spec = NetworkSpec(FrequencyEncoding(2, 3), (24, 40), 3, "tanh")  # odd widths: padded tiles
     call = "Network.forward(x)"
     if stacked:
         spec = NetworkStack((("Encoder", NetworkSpec(FrequencyEncoding(2, 3), (24,), 8)),
                              ("Network", NetworkSpec(IdentityEncoding(8), (40,), 3, "leaky_relu"))))
         call = "Network.forward(Encoder.forward(x))"
-    tiles = accumulator != "vectors"
-    red = CoopVecReduction(group=128, mode="splitk", reduce="mma", backward="mma" if tiles else "coopvec",
-                           tile_accumulator=accumulator if tiles else "float", generated_backward=not tiles)
+    red = CoopVecReduction(group=128, mode=mode, generated_backward=True)
     store = ParameterStore(_FakeDevice(), spec, reduction=red, input_gradients=input_gradients)
     source = (store.defines() + "#define BAKERY_COOPVEC 1\n#define BAKERY_SOFTWARE 0\n" + '#include "nn/mlp.slang"\n'
               + program_source(spec, store.linear_args) + KERNEL % call)
-    assert ("#define BK_TILE_BWD 1" in source) == tiles and ("#define BK_GEN_BWD 1" in source) != tiles
-    name = f"generated_backward_{stacked}_{input_gradients}_{accumulator}"
+    assert "#define BK_GEN_BWD 1" in source
+    name = f"generated_backward_{stacked}_{input_gradients}_{mode}"
     module = device.spy.load_module_from_source(name, source)
     device.spy.link_program([module], [module.entry_point("train_step")])
