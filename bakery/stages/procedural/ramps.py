@@ -20,6 +20,8 @@ from bakery.stages.procedural.dsl import Node
 SPAN = 16.0
 #: Coordinate-search steps, as shares of the field's range.
 STEPS = (0.1, 0.03, 0.01, 0.003, 0.001, 0.0003)
+#: Pixels the position search looks at (a fixed random subset of larger images).
+SEARCH_PIXELS = 8192
 
 
 def projectable(structure: Node) -> bool:
@@ -59,11 +61,12 @@ def weights(v: np.ndarray, positions: np.ndarray) -> np.ndarray:
 def solve_colours(v: np.ndarray, target: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, float]:
     """Least-squares colours for ``positions`` and the pixel MSE they leave."""
     w = weights(v, positions)
-    # Normal equations (a stop no pixel reaches gets a tiny ridge, and keeps colour 0).
-    gram = w.T @ w
-    colours = np.linalg.solve(gram + 1e-9 * max(1.0, float(np.trace(gram))) * np.eye(len(positions)), w.T @ target)
-    err = w @ colours - target
-    return colours, float(np.mean(err * err))
+    # Normal equations (a stop no pixel reaches gets a tiny ridge, and keeps colour 0);
+    # the error from them too, without forming the residual.
+    gram, cross = w.T @ w, w.T @ target
+    colours = np.linalg.solve(gram + 1e-9 * max(1.0, float(np.trace(gram))) * np.eye(len(positions)), cross)
+    sse = float((target * target).sum() - 2.0 * (colours * cross).sum() + (colours * (gram @ colours)).sum())
+    return colours, max(0.0, sse) / target.size
 
 
 def project(v: np.ndarray, target: np.ndarray, positions: np.ndarray,
@@ -71,8 +74,12 @@ def project(v: np.ndarray, target: np.ndarray, positions: np.ndarray,
     """Positions (coordinate search from ``positions``; kept as given without ``search``)
     and colours (solved) of the ramp that best maps field ``v`` [H, W] onto ``target``
     [H, W, 3]; returns them and the MSE."""
-    v = np.asarray(v, np.float64).reshape(-1)
-    t = np.asarray(target, np.float64).reshape(-1, 3)
+    v_all = np.asarray(v, np.float64).reshape(-1)
+    t_all = np.asarray(target, np.float64).reshape(-1, 3)
+    v, t = v_all, t_all
+    if search and v.size > SEARCH_PIXELS:  # the search on a fixed random subset, the answer on all
+        keep = np.random.default_rng(0).choice(v.size, SEARCH_PIXELS, replace=False)
+        v, t = v[keep], t[keep]
     span = max(1e-6, float(v.max() - v.min()))
     best = np.asarray(positions, np.float64).copy()
     colours, mse = solve_colours(v, t, best)
@@ -87,6 +94,8 @@ def project(v: np.ndarray, target: np.ndarray, positions: np.ndarray,
                     c, m = solve_colours(v, t, trial)
                     if m < mse * (1 - 1e-9):
                         best, colours, mse, improved = trial, c, m, True
+    if v is not v_all:
+        colours, mse = solve_colours(v_all, t_all, best)
     return best, colours, mse
 
 
