@@ -512,7 +512,8 @@ class Search:
                               top.program.structure().key(), top.nodes, top.loss)
             if self.progress is not None:
                 self.progress(gen + 1, total=cfg.generations, best_loss=float(top.loss))
-        best = self.beam()[0]
+        ranked = sorted(self.evaluated.values(), key=lambda c: (c.score, c.nodes, c.program.key()))
+        best = self._at_detail(ranked[: 2 * cfg.beam])
         if cfg.refine_steps > 0:
             fit = FitConfig(**{**cfg.fit.__dict__, "steps": cfg.refine_steps, "lr": cfg.fit.lr * 0.25})
             saved, self.config = self.config, SearchConfig(**{**cfg.__dict__, "restarts": 1})
@@ -532,6 +533,21 @@ class Search:
             if snapped is not best:
                 self.evaluated[best.program.key()] = best = snapped
         return best
+
+    def _at_detail(self, beam: Sequence[Candidate]) -> Candidate:
+        """The best of the leading candidates (twice the beam) by their score at the detail
+        size: a small fit size can rank a program first whose texture statistics do not
+        hold at full size."""
+        if len(beam) < 2 or self.detail.shape == self.target.shape:
+            return beam[0]
+        structures = [c.program.structure() for c in beam]
+        results = fit_jobs(self.device, self.detail, self.detail_stats, structures,
+                           [(i, flatten(c.program)) for i, c in enumerate(beam)],
+                           FitConfig(**{**self.config.fit.__dict__, "steps": 0}))
+        w = self.config.fit.texture_weight
+        scores = [r.pixel_mse + w * r.texture_loss + self.config.complexity_weight * c.nodes
+                  for r, c in zip(results, beam)]
+        return beam[int(np.argmin(scores))]
 
     # -- polishing -----------------------------------------------------------------------
     def polish(self, best: Candidate) -> Candidate:
