@@ -88,40 +88,43 @@ class Toolchain:
 def compiler_versions() -> tuple[str, str]:
     """slangpy's version and the Slang compiler's build tag inside it.
 
-    Read from the installed files where slangpy is not imported yet: planning a cached
-    re-bake then never loads the compiler (about 0.2 s on a 2-core CPU). The files say
-    exactly what the import would (tests/test_startup.py checks both agree); where they
-    cannot tell, slangpy is imported and asked.
+    Read from the installed files: planning a cached re-bake then never loads the compiler
+    (about 0.2 s on a 2-core CPU). The files say exactly what the import would
+    (tests/test_startup.py checks both agree); where they cannot tell, slangpy is imported
+    and asked. Either way the answer does not depend on whether this process imported
+    slangpy already, so the planner's key and the worker's opened device always agree.
     """
-    import sys
-
-    if "slangpy" not in sys.modules:
-        found = installed_compiler_versions()
-        if found is not None:
-            return found
+    found = installed_compiler_versions()
+    if found is not None:
+        return found
     import slangpy as spy
 
     return str(spy.__version__), str(getattr(spy, "SLANG_BUILD_TAG", "unknown"))
 
 
 def installed_compiler_versions() -> tuple[str, str] | None:
-    """slangpy's version from its distribution's metadata and the Slang build tag from
-    the name of the standard-module folder the wheel ships (``slang-standard-module-<tag>``),
-    without importing either; None where the installation does not show them."""
+    """slangpy's version from the metadata installed beside the package ``import slangpy``
+    finds, and the Slang build tag from the name of the standard-module folder the wheel
+    ships (``slang-standard-module-<tag>``), without importing either; None where the
+    installation does not show them unambiguously: no metadata beside the package (it was
+    copied, or is an editable build), or two (``pip install --target DIR --upgrade`` leaves
+    the old version's behind), or two tags."""
     import importlib.metadata
     import importlib.util
 
     try:
-        version = importlib.metadata.version("slangpy")
         spec = importlib.util.find_spec("slangpy")
-    except (importlib.metadata.PackageNotFoundError, ImportError, ValueError):
+    except (ImportError, ValueError):
         return None
-    if spec is None or not spec.submodule_search_locations:
+    if spec is None or spec.origin is None or not spec.submodule_search_locations:
         return None
-    tags = [p.name.removeprefix("slang-standard-module-")
-            for folder in spec.submodule_search_locations for p in Path(folder).glob("slang-standard-module-*")
+    package = Path(spec.origin).parent
+    # Only the distributions in the package's own folder: the first "slangpy" metadata on
+    # sys.path may belong to another installation than the package imported.
+    versions = {d.version for d in importlib.metadata.distributions(name="slangpy", path=[str(package.parent)])}
+    tags = [p.name.removeprefix("slang-standard-module-") for p in package.glob("slang-standard-module-*")
             if p.is_dir()]
-    return (version, tags[0]) if len(tags) == 1 else None
+    return (versions.pop(), tags[0]) if len(versions) == 1 and len(tags) == 1 else None
 
 
 def _nvidia_driver() -> str:

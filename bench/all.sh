@@ -7,7 +7,7 @@
 #
 # NAME: suite | mipmap | fit | procedural | train_texture | ntc | ntc_scatter | ntc_updates | ntc_touched |
 #       ntc_repeat | ntc_options | backward_anatomy | neural_material | runners | scale | determinism |
-#       studio_library | rebake
+#       studio_library | rebake | library
 # The machine needs slangpy, a Vulkan driver and the packages pyproject.toml names (see README).
 set -u
 cd "$(dirname "$0")/.."
@@ -58,6 +58,9 @@ command_of() {
     determinism)     echo "python3 bench/determinism.py --device vulkan --ray --out bench/out/determinism.json" ;;
     # a 4096^2 six-map set in Unreal's naming and packing through ntc, mipmap, neural_material
     studio_library)  echo "python3 bench/studio_library.py --device vulkan" ;;
+    # a generated studio library (2048^2, every naming convention) through ntc, mipmap and
+    # neural_material, cold then warm caches: materials per GPU-hour, GPU busy, phases
+    library)         echo "python3 bench/library.py --device vulkan ${LIBRARY_ARGS:-}" ;;
     *)               return 1 ;;
   esac
 }

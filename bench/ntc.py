@@ -328,7 +328,7 @@ def main() -> int:
           + (f"^2 at {a.big_bpp} bpp, {a.big_steps} steps, batch {a.big_batch}, cosine lr 5e-3, PSNR every "
              f"{a.check} steps" if a.big else ""), flush=True)
     reduction = ("default (bakery/nn/parameters.py default_reduction, by the decoder's widths)"
-                 if experimental_reduction.chosen() is None else experimental_reduction.chosen().__dict__)
+                 if experimental_reduction.chosen() is None else experimental_reduction.chosen().to_dict())
     result = {"benchmark": "ntc", "device": dev.info.to_dict(), "tier": a.quality, "steps": a.steps,
               "batch": a.batch, "reduction": reduction if dev.coopvec else None}
     print(f"materials: {a.materials} cropped to {a.size or 'stored size'}, extra seeds {a.extra_seeds}; "

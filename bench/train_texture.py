@@ -96,7 +96,9 @@ def run_bakery(a, target: np.ndarray, seed: int = 0) -> dict:
     for _ in range(5):
         obj.decode(tr)
     decode_ms = (time.perf_counter() - t_dec) / 5 * 1e3
-    extra = {"loss_scale_end": tr.store.loss_scale(), "reduction": tr.store.reduction.__dict__} if dev.coopvec else {}
+    chosen = experimental_reduction.chosen()  # with the lab's changes (forward_twice), where --reduction names one
+    reduction = chosen.to_dict() if chosen is not None else tr.store.reduction.__dict__
+    extra = {"loss_scale_end": tr.store.loss_scale(), "reduction": reduction} if dev.coopvec else {}
     return {"impl": "bakery" + ("" if dev.coopvec else " (portable)"), "device": dev.info.to_dict(),
             "batch": a.batch, "steps": a.steps + WARMUP, "seed": seed, **extra,
             "ms_per_step": round(dt * 1e3, 4), "samples_per_s": round(a.batch / dt),

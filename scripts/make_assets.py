@@ -194,10 +194,14 @@ def _png(img: np.ndarray, bits: int = 8) -> bytes:
     return buf.getvalue()
 
 
-def write_material(folder: Path, height, albedo, rough, metal, normal_strength) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
+#: The materials this script makes, by name: each a function of (rng, size).
+MATERIALS = {"bricks": bricks, "tiles": tiles, "cobblestones": cobblestones}
+
+
+def material_maps(height, albedo, rough, metal, normal_strength) -> dict[str, tuple[np.ndarray, int]]:
+    """role -> (image, bits) of one material: normal and AO derived from its height."""
     h = np.clip(height, 0, 1).astype(np.float32)
-    maps = {
+    return {
         "albedo": (albedo, 8),
         "normal": (normal_from_height(h * h.shape[0] / 64.0, normal_strength / 4.0), 8),
         "roughness": (rough, 8),
@@ -205,7 +209,11 @@ def write_material(folder: Path, height, albedo, rough, metal, normal_strength) 
         "ao": (ambient_occlusion(h, 4.0), 8),
         "height": (h, 16),
     }
-    for role, (img, bits) in maps.items():
+
+
+def write_material(folder: Path, height, albedo, rough, metal, normal_strength) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for role, (img, bits) in material_maps(height, albedo, rough, metal, normal_strength).items():
         (folder / f"{role}.png").write_bytes(_png(np.asarray(img, np.float32), bits))
 
 
@@ -216,7 +224,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=SEED, help="other seeds make other materials the same way")
     args = ap.parse_args()
     n = args.size
-    for i, (name, make) in enumerate((("bricks", bricks), ("tiles", tiles), ("cobblestones", cobblestones))):
+    for i, (name, make) in enumerate(MATERIALS.items()):
         write_material(args.out / "materials" / name, *make(np.random.default_rng(args.seed + i), n))
     tex = args.out / "textures"
     tex.mkdir(parents=True, exist_ok=True)

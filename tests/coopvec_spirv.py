@@ -17,7 +17,7 @@ trees' (before and after a change to the backend) can be compared file by file:
 
 (``--compare`` says which kernels are byte-identical and, for the others, prints the diff
 with SPIR-V's result ids blanked: code that only lost or gained a few instructions is
-otherwise renumbered from there on.)
+otherwise renumbered from there on; it exits 1 where any kernel differs, is missing or is new.)
 """
 
 from __future__ import annotations
@@ -169,8 +169,13 @@ def _without_ids(asm: str) -> list[str]:
 
 def compare(before: Path, after: Path) -> int:
     """Prints, per kernel of ``before``, whether ``after`` holds the same bytes; the
-    id-blind diff where not. Returns the number that differ."""
+    id-blind diff where not; and the kernels only ``after`` has. Returns the number that
+    differ, are missing or are new."""
     differ = 0
+    for g in sorted(after.rglob("*.spv-asm")):
+        if not (before / g.relative_to(after)).is_file():
+            differ += 1
+            print(f"new        {g.relative_to(after)}")
     for f in sorted(before.rglob("*.spv-asm")):
         name, g = f.relative_to(before), after / f.relative_to(before)
         if g.is_file() and f.read_bytes() == g.read_bytes():
@@ -193,8 +198,7 @@ def main(argv=None) -> int:
     p.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), help="compare two such folders")
     a = p.parse_args(argv)
     if a.compare:
-        compare(Path(a.compare[0]), Path(a.compare[1]))
-        return 0
+        return 1 if compare(Path(a.compare[0]), Path(a.compare[1])) else 0
     if not a.out:
         p.error("name a folder to write, or --compare two")
     from bakery.device import Device

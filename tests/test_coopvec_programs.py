@@ -10,9 +10,12 @@ GPU call; the GPU runs them in test_coopvec.py, test_ntc.py and test_neural_mate
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
+from bench.experiments import reduction as lab
 from bench.experiments.reduction import always, forward_twice
 
 from bakery.nn import parameters
@@ -77,3 +80,38 @@ def test_training_program_builds_for_coopvec(coopvec_stand_in, job, backward, mo
     assert ("#define BK_KEPT 1" in trainer.source) == (backward in ("default", "thread-stores"))
     assert ("#define BK_ACTS_COPY 1" in trainer.source) == (backward == "default")
     assert ("#define BK_ACTS_TILED 1" in trainer.source) == (backward == "default")
+
+
+def test_forward_twice_refuses_a_reduction_that_keeps_no_forward():
+    """The lab's forward_twice turns BK_KEPT off; on a reduction whose backward pass is not
+    generated there is nothing to turn off, and a benchmark would time the product unchanged."""
+    from tests.test_coopvec_layout import _FakeDevice
+
+    spec = NetworkSpec(FrequencyEncoding(2, 3), (64, 64), 3)
+    twice = forward_twice(parameters.ParameterStore.defines)
+    generated = parameters.ParameterStore(_FakeDevice(), spec, reduction=parameters.CoopVecReduction(
+        group=128, mode="splitk", generated_backward=True))
+    assert "#define BK_KEPT 0\n" in twice(generated) and "#define BK_KEPT 1\n" in generated.defines()
+    autodiff = parameters.ParameterStore(_FakeDevice(), spec, reduction=parameters.CoopVecReduction(
+        group=128, mode="splitk"))
+    with pytest.raises(ValueError, match="keeps no forward"):
+        twice(autodiff)
+
+
+def test_a_reduction_from_json_is_the_one_named_or_refused(tmp_path):
+    """``--reduction`` of bench/ntc.py and train_texture.py: grad_reduction.py's result file
+    or JSON gives the variant it names, recorded as JSON again; a removed design's field, or
+    the sum-less diagnostic those scripts never apply, is refused rather than dropped (the
+    run would time the product's design under another name)."""
+    best = lab.Variant(parameters.CoopVecReduction(group=128, mode="splitk", unroll=2), forward_twice=False)
+    result = tmp_path / "grad_reduction.json"
+    result.write_text(json.dumps({"benchmark": "grad_reduction", "best": best.to_dict()}))
+    try:
+        assert lab.use_json(str(result)) == best == lab.chosen()
+        assert json.loads(json.dumps(lab.chosen().to_dict())) == best.to_dict()  # what ntc.py writes
+        with pytest.raises(ValueError, match="unknown gradient reduction field.*backward"):
+            lab.use_json('{"group": 128, "mode": "splitk", "backward": "mma"}')
+        with pytest.raises(ValueError, match="skip_sum"):
+            lab.use_json('{"group": 128, "mode": "splitk", "skip_sum": true}')
+    finally:
+        lab.use(None)

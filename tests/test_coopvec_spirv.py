@@ -39,3 +39,20 @@ def test_shipped_reduction_compiles_to_spirv(compiler, job, device, group, copie
             assert "OpCooperativeVectorMatrixMulAddNV" in asm and f"LocalSize {group} 1 1" in asm, name
         if entry == "bk_reduce_gradients":
             assert "OpCooperativeMatrixMulAddKHR" in asm, name
+
+
+def test_compare_fails_where_a_kernel_differs_is_missing_or_is_new(tmp_path, capsys):
+    """``python3 -m tests.coopvec_spirv --compare`` is how a backend change shows it left
+    every kernel's SPIR-V as it was: its exit status says so, not only its printout."""
+    before, after = tmp_path / "before", tmp_path / "after"
+    for root in (before, after):
+        (root / "coopmat/texture").mkdir(parents=True)
+        (root / "coopmat/texture/train_step.spv-asm").write_text("OpCapability Shader\n%1 = OpTypeVoid\n")
+    assert coopvec_spirv.main(["--compare", str(before), str(after)]) == 0
+    (after / "coopmat/texture/adam_step.spv-asm").write_text("OpCapability Shader\n")
+    assert coopvec_spirv.main(["--compare", str(before), str(after)]) == 1
+    assert "new        coopmat/texture/adam_step.spv-asm" in capsys.readouterr().out
+    (before / "coopmat/texture/adam_step.spv-asm").write_text("OpCapability Shader\n")
+    (after / "coopmat/texture/train_step.spv-asm").write_text("OpCapability Shader\n%1 = OpTypeInt 32 0\n")
+    assert coopvec_spirv.main(["--compare", str(before), str(after)]) == 1
+    assert "differs    coopmat/texture/train_step.spv-asm" in capsys.readouterr().out

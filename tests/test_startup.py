@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from bakery.device import installed_compiler_versions
@@ -39,6 +40,43 @@ def test_the_installed_files_name_the_compiler_the_import_reports():
     import slangpy as spy
 
     assert installed_compiler_versions() == (str(spy.__version__), str(spy.SLANG_BUILD_TAG))
+
+
+#: Prints what the installed files say, what planning (slangpy not imported) and a worker
+#: (slangpy imported) report, and what slangpy says, for a slangpy found through PYTHONPATH.
+BOTH_READINGS = ("import json, sys\n"
+                 "from bakery.device import compiler_versions, installed_compiler_versions\n"
+                 "files = installed_compiler_versions()\n"
+                 "assert 'slangpy' not in sys.modules\n"
+                 "planned = compiler_versions()\n"
+                 "import slangpy\n"
+                 "print(json.dumps([files, planned, compiler_versions(), [slangpy.__version__, slangpy.SLANG_BUILD_TAG]]))\n")
+
+
+def _slangpy_at(target: Path, *dist_versions: str) -> None:
+    """A stand-in slangpy installed into ``target`` as ``pip install --target`` lays it
+    out: the package (version 9.1.0, Slang 2099.1) and a metadata folder per version."""
+    package = target / "slangpy"
+    (package / "slang-standard-module-2099.1").mkdir(parents=True)
+    (package / "__init__.py").write_text('__version__ = "9.1.0"\nSLANG_BUILD_TAG = "2099.1"\n')
+    for v in dist_versions:
+        (target / f"slangpy-{v}.dist-info").mkdir()
+        (target / f"slangpy-{v}.dist-info" / "METADATA").write_text(f"Metadata-Version: 2.1\nName: slangpy\nVersion: {v}\n")
+
+
+@pytest.mark.parametrize("dists,files", [
+    (("9.1.0",), ["9.1.0", "2099.1"]),  # --target DIR on PYTHONPATH, another slangpy in site-packages
+    (("9.0.0", "9.1.0"), None),  # --target --upgrade left the old version's metadata: ambiguous
+    ((), None)])  # the package without its metadata (copied): the site-packages one's is not its own
+def test_the_installed_files_never_name_another_slangpy_than_the_import(tmp_path, dists, files):
+    _slangpy_at(tmp_path / "site", *dists)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join((str(tmp_path / "site"), str(REPO))))
+    r = subprocess.run([sys.executable, "-c", BOTH_READINGS], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    read, planned, opened, imported = json.loads(r.stdout)
+    assert read == files
+    assert planned == opened == imported == ["9.1.0", "2099.1"]  # before and after the import alike
 
 
 def test_a_cached_rebake_imports_nothing_only_a_build_needs(tmp_path, monkeypatch):

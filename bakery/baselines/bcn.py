@@ -19,6 +19,8 @@ Binding quirks found while building this (ispc-texcomp 1.0.1, texture2ddecoder 1
 
 from __future__ import annotations
 
+import os
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -89,18 +91,70 @@ def encode(image: np.ndarray, fmt: str, *, profile: str = "basic") -> bytes:
     profile). Floats are rounded to 8 bits first. ``profile`` picks the BC7 speed/quality
     preset (``basic``: ~0.3 s per 512^2 on one core). Deterministic.
     """
-    import ispc_texcomp as itc
-
     bc_format(fmt)                   # rejects unknown names
     a = _as_u8(image)
     h, w, c = a.shape
     ok = {"bc4": (1,), "bc5": (2,), "bc1": (3,), "bc7": (3, 4)}[fmt]
     if c not in ok:
         raise ValueError(f"{fmt} encodes {' or '.join(map(str, ok))} channels, got {c}")
+    if fmt == "bc7" and profile not in BC7_PROFILES:
+        raise ValueError(f"unknown BC7 profile {profile!r} (known: {', '.join(BC7_PROFILES)})")
     a = _pad(a)
     ph, pw = a.shape[:2]
+    bands = _band_rows(fmt, pw, ph)
+    if len(bands) == 1:
+        return _compress(a, fmt, profile)
+    # every 4x4 block encodes on its own: bands of block rows on threads give the same bytes
+    parts: list[bytes | BaseException | None] = [None] * len(bands)
+
+    def work(i: int, rows: slice) -> None:
+        try:
+            with _ENCODING:
+                parts[i] = _compress(a[rows], fmt, profile)
+        except BaseException as e:  # noqa: BLE001 - raised on the caller's thread below
+            parts[i] = e
+
+    threads = [threading.Thread(target=work, args=(i, rows), daemon=True) for i, rows in enumerate(bands)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for part in parts:
+        if isinstance(part, BaseException):
+            raise part
+    return b"".join(parts)
+
+
+#: Texels from which BC7/BC1 (seconds per 2K map on one core) encode in bands on several
+#: threads; BC4/BC5 take milliseconds and stay on one.
+PARALLEL_FROM = 1 << 20
+#: Bands encoding at once in this process, however many encodes run (bakery.overlap runs
+#: several beside training): one core stays free for the thread that drives the device.
+def encode_threads() -> int:
+    return max(1, (os.cpu_count() or 1) - 1)
+
+
+_ENCODING = threading.BoundedSemaphore(encode_threads())
+
+
+def _band_rows(fmt: str, pw: int, ph: int, threads: int | None = None) -> list[slice]:
+    """Row slices (whole block rows) of a padded surface, one per encoding thread."""
+    threads = threads or encode_threads()
+    if fmt not in ("bc7", "bc1") or pw * ph < PARALLEL_FROM or threads < 2:
+        return [slice(0, ph)]
+    block_rows = ph // BLOCK
+    n = min(threads, block_rows)
+    edges = [BLOCK * (block_rows * k // n) for k in range(n + 1)]
+    return [slice(lo, hi) for lo, hi in zip(edges, edges[1:])]
+
+
+def _compress(a: np.ndarray, fmt: str, profile: str) -> bytes:
+    """ispc-texcomp over one padded uint8 surface; exactly its blocks' bytes."""
+    import ispc_texcomp as itc
+
+    ph, pw, c = a.shape
     if fmt in ("bc4", "bc5"):
-        surface = itc.RGBASurface(a.tobytes(), pw, ph, pw * c)
+        surface = itc.RGBASurface(np.ascontiguousarray(a).tobytes(), pw, ph, pw * c)
         blocks = (itc.compress_blocks_bc4 if fmt == "bc4" else itc.compress_blocks_bc5)(surface)
     else:
         rgba = np.concatenate([a, np.full((ph, pw, 1), 255, np.uint8)], axis=2) if c == 3 else a
@@ -108,11 +162,9 @@ def encode(image: np.ndarray, fmt: str, *, profile: str = "basic") -> bytes:
         if fmt == "bc1":
             blocks = itc.compress_blocks_bc1(surface)
         else:
-            if profile not in BC7_PROFILES:
-                raise ValueError(f"unknown BC7 profile {profile!r} (known: {', '.join(BC7_PROFILES)})")
             settings = itc.BC7EncSettings.from_profile(profile if c == 3 else "alpha_" + profile)
             blocks = itc.compress_blocks_bc7(surface, settings)
-    need = encoded_size(fmt, w, h)
+    need = encoded_size(fmt, pw, ph)
     if len(blocks) < need:
         raise RuntimeError(f"ispc-texcomp returned {len(blocks)} bytes for {fmt} {pw}x{ph}, expected {need}")
     return bytes(blocks[:need])

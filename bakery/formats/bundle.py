@@ -19,6 +19,7 @@ from typing import Sequence
 import numpy as np
 
 import bakery
+from bakery import phases
 from bakery.formats import canonical_json, weights as weights_format
 from bakery.formats.publish import atomic_publish  # noqa: F401  (re-exported: the writer's other half)
 from bakery.formats.texture import Texture, make_texture
@@ -69,14 +70,15 @@ class BundleWriter:
         data = bytes(data)
         path = self.dir / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            path.write_bytes(data)
-        except OSError as e:
-            from bakery.formats.publish import name_path
+        with phases.time("writing"):
+            try:
+                path.write_bytes(data)
+            except OSError as e:
+                from bakery.formats.publish import name_path
 
-            raise name_path(e, path) from None
-        self._files[name] = {"name": name, "role": str(role), "bytes": len(data),
-                             "sha256": hashlib.sha256(data).hexdigest()}
+                raise name_path(e, path) from None
+            digest = hashlib.sha256(data).hexdigest()
+        self._files[name] = {"name": name, "role": str(role), "bytes": len(data), "sha256": digest}
         return path
 
     def write_json(self, name: str, obj, *, role: str = "data") -> Path:
@@ -84,7 +86,9 @@ class BundleWriter:
 
     def write_png(self, name: str, image: np.ndarray, *, role: str = "preview") -> Path:
         from bakery.formats.images import encode_png
-        return self.write_bytes(name, encode_png(image), role=role)
+        with phases.time("encoding"):
+            data = encode_png(image)
+        return self.write_bytes(name, data, role=role)
 
     # -- networks ----------------------------------------------------------------------
     def write_weights(self, name: str, spec: NetworkSpec, params: np.ndarray, *, dtype: str = "float16",
@@ -96,7 +100,8 @@ class BundleWriter:
             raise ValueError(f"network {network!r} written twice")
         if not _NETWORK_NAME.match(network):
             raise ValueError(f"bad network name {network!r} (letters, digits, '_')")
-        data = weights_format.encode_weights(spec, params, dtype)
+        with phases.time("encoding"):
+            data = weights_format.encode_weights(spec, params, dtype)
         path = self.write_bytes(name, data, role="weights")
         self._networks[network] = network_record(name, spec, dtype)
         return path
@@ -153,11 +158,12 @@ class BundleWriter:
             raise ValueError(f"texture {name!r} must end in .dds or .ktx2")
         if suffix == ".dds" and supercompression != "none":
             raise ValueError(f"texture {name!r}: DDS has no supercompression ({supercompression!r} needs .ktx2)")
-        if texture is None:
-            if format is None or mips is None:
-                raise ValueError("write_texture needs texture= or format and mips")
-            texture = make_texture(format, mips, width=width, height=height, array=array)
-        data = write_dds(texture) if suffix == ".dds" else write_ktx2(texture, supercompression=supercompression)
+        with phases.time("encoding"):
+            if texture is None:
+                if format is None or mips is None:
+                    raise ValueError("write_texture needs texture= or format and mips")
+                texture = make_texture(format, mips, width=width, height=height, array=array)
+            data = write_dds(texture) if suffix == ".dds" else write_ktx2(texture, supercompression=supercompression)
         path = self.write_bytes(name, data, role=role)
         self._textures[name] = texture_record(texture)
         return path
@@ -180,12 +186,13 @@ class BundleWriter:
         if missing:
             raise ValueError(f"manifest fields lack {', '.join(missing)}")
         data = canonical_json.dumps(manifest)
-        try:
-            (self.dir / MANIFEST_NAME).write_bytes(data)
-        except OSError as e:
-            from bakery.formats.publish import name_path
+        with phases.time("writing"):
+            try:
+                (self.dir / MANIFEST_NAME).write_bytes(data)
+            except OSError as e:
+                from bakery.formats.publish import name_path
 
-            raise name_path(e, self.dir / MANIFEST_NAME) from None
+                raise name_path(e, self.dir / MANIFEST_NAME) from None
         self._finalized = True
         return canonical_json.normalize(manifest)
 

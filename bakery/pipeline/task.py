@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from bakery import phases
 from bakery.errors import BakeryError, TaskError, UsageError
 from bakery.stages.base import Stage, StageContext, StageInput, StageResult
 from bakery.stages.params import Settings, preset_class
@@ -66,6 +67,18 @@ def staging_dir_for(out_dir: Path) -> Path:
 def run_task(stage_cls: type[Stage], inputs: Sequence[StageInput], settings: Settings, *, seed: int,
              device_provider: Callable[[], Any] | None, out_dir: Path, log: logging.Logger,
              progress: Callable[..., Any] | None = None, where: str | None = None) -> dict:
+    """:func:`publish_task`, its seconds per phase (bakery.phases) recorded and, once the
+    bundle is published, logged: a per-run fact for the task log, never the bundle."""
+    with phases.recording() as clock:
+        manifest = publish_task(stage_cls, inputs, settings, seed=seed, device_provider=device_provider,
+                                out_dir=out_dir, log=log, progress=progress, where=where)
+        log.debug("%s", phases.log_line(clock))
+    return manifest
+
+
+def publish_task(stage_cls: type[Stage], inputs: Sequence[StageInput], settings: Settings, *, seed: int,
+                 device_provider: Callable[[], Any] | None, out_dir: Path, log: logging.Logger,
+                 progress: Callable[..., Any] | None = None, where: str | None = None) -> dict:
     """Runs ``stage_cls`` over ``inputs`` with ``settings`` (checked and resolved already:
     :meth:`Stage.settings`) and publishes its bundle at ``out_dir``.
 

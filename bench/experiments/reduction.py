@@ -45,7 +45,14 @@ class Variant:
 
     @classmethod
     def from_dict(cls, d: dict) -> Variant:
+        """The inverse of :meth:`to_dict`. A field neither takes (one of a removed design's,
+        from an older result file) is refused: dropped, the run would time another design
+        under its name."""
         own = {f.name for f in fields(CoopVecReduction)}
+        unknown = sorted(set(d) - own - {"forward_twice", "skip_sum"})
+        if unknown:
+            raise ValueError(f"unknown gradient reduction field(s) {', '.join(unknown)} (known: "
+                             f"{', '.join(sorted(own))}, forward_twice, skip_sum; removed designs: bench/HISTORY.md)")
         return cls(CoopVecReduction(**{k: v for k, v in d.items() if k in own}),
                    forward_twice=bool(d.get("forward_twice", False)), skip_sum=bool(d.get("skip_sum", False)))
 
@@ -60,7 +67,11 @@ def forward_twice(defines):
     Network.forward, whose generated backward pass runs the forward again, rather than
     keeping the training sample's forward (what the kept forward saves)."""
     def patched(store) -> str:
-        return defines(store).replace("#define BK_KEPT 1\n", "#define BK_KEPT 0\n")
+        text = defines(store)
+        if store.coopvec and "#define BK_KEPT 1\n" not in text:  # else it would time the product unchanged
+            raise ValueError("forward_twice: this reduction keeps no forward (BK_KEPT is not 1); "
+                             "it needs generated_backward")
+        return text.replace("#define BK_KEPT 1\n", "#define BK_KEPT 0\n")
     return patched
 
 
@@ -89,7 +100,10 @@ def use_json(spec: str) -> Variant:
     d = json.loads(Path(spec).read_text() if Path(spec).is_file() else spec)
     if "benchmark" in d:  # a grad_reduction.py result: its fastest correct variant, if any
         d = d.get("best") or {}
-    return use(Variant.from_dict(d))
+    variant = Variant.from_dict(d)
+    if variant.skip_sum:  # only grad_reduction.py applies it (apply()), to a trainer it builds itself
+        raise ValueError("skip_sum is grad_reduction.py's diagnostic (wrong gradients), not a reduction to train with")
+    return use(variant)
 
 
 def chosen() -> Variant | None:

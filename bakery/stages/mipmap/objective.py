@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from bakery import phases
 from bakery.nn.parameters import PlainParameters, make_buffer
 from bakery.stages.mipmap.chain import MipChain
 from bakery.stages.mipmap.filters import filter_level
@@ -59,6 +60,7 @@ class MipFit:
     def __init__(self, device, material: MipMaterial, chain: MipChain, *, pairs: int, light: float,
                  lr: float, roughness_lr: float, albedo_lr: float = 0.0, init: str = "best", seed: int = 0):
         self.device, self.material, self.chain = device, material, chain
+        self._baselines: dict[str, tuple] = {}
         self.pairs, self.light = int(pairs), float(light)
         levels = range(1, chain.deepest + 1)
         if init not in STARTS:
@@ -190,10 +192,15 @@ class MipFit:
         return n.astype(np.float32), rough.astype(np.float32), albedo
 
     def baseline(self, kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """A classical filter's chain (box-filtered albedo), packed like :meth:`trained`."""
-        m, levels = self.material, range(1, self.chain.deepest + 1)
-        out = [filter_level(m.normal, m.roughness, l, kind) for l in levels]
-        return self.chain.pack([n for n, _ in out]), self.chain.pack([r for _, r in out]), self.albedo_mips
+        """A classical filter's chain (box-filtered albedo), packed like :meth:`trained`;
+        filtered once (choosing the start filters them all, the metrics again)."""
+        if kind not in self._baselines:
+            m, levels = self.material, range(1, self.chain.deepest + 1)
+            with phases.time("baselines"):
+                out = [filter_level(m.normal, m.roughness, l, kind) for l in levels]
+                self._baselines[kind] = (self.chain.pack([n for n, _ in out]), self.chain.pack([r for _, r in out]),
+                                         self.albedo_mips)
+        return self._baselines[kind]
 
     def texel_sse(self, chains: dict, count: int, *, seed: int, stream: int, step: int = 0) -> dict:
         """Per mip texel, the squared tone-mapped error (3 channels) summed over ``count``

@@ -41,22 +41,62 @@ def stored_levels(material: MipMaterial, chain: MipChain, trained) -> dict[str, 
             "albedo": [linear_to_srgb(a) for a in maps["albedo"]]}
 
 
+#: One texture to write: (file name, container format, mips, write_texture keyword arguments).
+Encoded = tuple[str, str, list, dict]
+
+
 def write_chains(out, material: MipMaterial, chain: MipChain, trained, storage: str, *, albedo: bool,
                  layout: str = "separate", normal_convention: str | None = None, prefix: str = "",
-                 role: str = "texture", containers: tuple[str, ...] = ("dds", "ktx2")) -> None:
+                 role: str = "texture", containers: tuple[str, ...] = ("dds", "ktx2"),
+                 level0: dict[str, bytes] | None = None) -> None:
     """``normal``, ``roughness`` (and ``albedo``) as .dds and .ktx2 with all authored
     levels, one texture per role or packed in an engine ``layout``; file names start with
-    ``prefix`` and are recorded under ``role``."""
+    ``prefix`` and are recorded under ``role``. ``level0``: level 0's BCn blocks by map,
+    encoded before (:func:`level0_blocks`, beside training)."""
+    write_encoded(out, encode_chains(material, chain, trained, storage, albedo=albedo, layout=layout,
+                                     normal_convention=normal_convention, prefix=prefix, role=role,
+                                     containers=containers, level0=level0))
+
+
+def encode_chains(material: MipMaterial, chain: MipChain, trained, storage: str, *, albedo: bool,
+                  layout: str = "separate", normal_convention: str | None = None, prefix: str = "",
+                  role: str = "texture", containers: tuple[str, ...] = ("dds", "ktx2"),
+                  level0: dict[str, bytes] | None = None) -> list[Encoded]:
+    """What :func:`write_chains` writes, encoded and not yet written (a pure function of
+    its arguments, so it can run beside training: bakery.overlap)."""
     levels = stored_levels(material, chain, trained)
     maps = ("normal", "roughness", "albedo") if albedo else ("normal", "roughness")
     if layout != "separate" or normal_convention not in (None, "gl"):
-        _write_packed(out, material, chain, {r: levels[r] for r in maps}, storage, layout, normal_convention,
-                      prefix, role, containers)
-        return
+        return _encode_packed(material, chain, {r: levels[r] for r in maps}, storage, layout, normal_convention,
+                              prefix, role, containers)
+    textures = []
     for name in maps:
-        fmt, mips, kwargs = _encoded(name, levels[name], storage, chain)
-        for ext in containers:
-            out.write_texture(f"{prefix}{name}.{ext}", fmt, mips, role=role, **kwargs)
+        fmt, mips, kwargs = _encoded(name, levels[name], storage, chain, (level0 or {}).get(name))
+        textures += [(f"{prefix}{name}.{ext}", fmt, mips, dict(kwargs, role=role)) for ext in containers]
+    return textures
+
+
+def write_encoded(out, textures: list[Encoded]) -> None:
+    for name, fmt, mips, kwargs in textures:
+        out.write_texture(name, fmt, mips, **kwargs)
+
+
+def level0_maps(albedo: bool, storage: str, layout: str, normal_convention: str | None) -> tuple[str, ...]:
+    """The maps whose level 0 (the source map) :func:`level0_blocks` can encode before
+    training: those of a separate layout stored as BCn (a packed or uncompressed texture
+    costs little to encode, or packs trained levels with it)."""
+    if storage != "bcn" or layout != "separate" or normal_convention not in (None, "gl"):
+        return ()
+    return ("normal", "roughness", "albedo") if albedo else ("normal", "roughness")
+
+
+def level0_blocks(material: MipMaterial, name: str) -> bytes:
+    """Level 0 of map ``name`` as :func:`write_chains` stores it in BCn: the source map,
+    known before training (BC7 of a 2K albedo costs seconds of CPU)."""
+    codec, _ = STORAGE[name]["bcn"]
+    source = {"normal": material.normal * 0.5 + 0.5, "roughness": np.clip(material.roughness, 0.0, 1.0),
+              "albedo": linear_to_srgb(material.albedo)}[name]
+    return bcn.encode(source[..., :_KEEP[codec]], codec)
 
 
 def write_baseline_chain(out, material: MipMaterial, chain: MipChain, filtered, storage: str, name: str, *,
@@ -65,17 +105,31 @@ def write_baseline_chain(out, material: MipMaterial, chain: MipChain, filtered, 
     stored and laid out as the trained one (``{name}_normal.dds``, ``{name}_roughness.dds``
     or the layout's packed textures), DDS only, so a viewer draws both chains level by level.
     Its albedo is the box chain's, which a viewer makes from level 0, so it is not written."""
-    write_chains(out, material, chain, filtered, storage, albedo=False, layout=layout,
-                 normal_convention=normal_convention, prefix=f"{name}_", role="baseline", containers=("dds",))
+    write_encoded(out, encode_baseline_chain(material, chain, filtered, storage, name, layout=layout,
+                                             normal_convention=normal_convention))
 
 
-def _encoded(role: str, images: list[np.ndarray], storage: str, chain: MipChain) -> tuple[str, list, dict]:
-    """(container format, mips, write_texture size arguments) of one map's levels."""
+def encode_baseline_chain(material: MipMaterial, chain: MipChain, filtered, storage: str, name: str, *,
+                          layout: str = "separate", normal_convention: str | None = None) -> list[Encoded]:
+    """What :func:`write_baseline_chain` writes, encoded (it needs no training)."""
+    return encode_chains(material, chain, filtered, storage, albedo=False, layout=layout,
+                         normal_convention=normal_convention, prefix=f"{name}_", role="baseline",
+                         containers=("dds",))
+
+
+_KEEP = {"bc5": 2, "bc4": 1, "bc7": 3}
+
+
+def _encoded(role: str, images: list[np.ndarray], storage: str, chain: MipChain,
+             first: bytes | None = None) -> tuple[str, list, dict]:
+    """(container format, mips, write_texture size arguments) of one map's levels
+    (``first``: level 0's blocks, encoded before)."""
     if storage == "bcn":
         codec, fmt = STORAGE[role][storage]
-        keep = {"bc5": 2, "bc4": 1, "bc7": 3}[codec]
-        return fmt, [bcn.encode(img[..., :keep], codec) for img in images], {"width": chain.width,
-                                                                              "height": chain.height}
+        keep = _KEEP[codec]
+        head = [first] if first is not None else [bcn.encode(images[0][..., :keep], codec)]
+        return fmt, head + [bcn.encode(img[..., :keep], codec) for img in images[1:]], {"width": chain.width,
+                                                                                         "height": chain.height}
     mips = [img if img.shape[2] != 3 else np.concatenate([img, np.ones_like(img[..., :1])], axis=2) for img in images]
     return STORAGE[role][storage], mips, {}
 
@@ -89,9 +143,9 @@ PACKED_STORAGE = {
 }
 
 
-def _write_packed(out, material: MipMaterial, chain: MipChain, levels: dict[str, list[np.ndarray]], storage: str,
-                  layout: str, normal_convention: str | None, prefix: str, file_role: str,
-                  containers: tuple[str, ...]) -> None:
+def _encode_packed(material: MipMaterial, chain: MipChain, levels: dict[str, list[np.ndarray]], storage: str,
+                   layout: str, normal_convention: str | None, prefix: str, file_role: str,
+                   containers: tuple[str, ...]) -> list[Encoded]:
     for role, source in (("metalness", material.metalness), ("ao", material.ao)):
         if source is not None:
             chain_of = [source]
@@ -100,6 +154,7 @@ def _write_packed(out, material: MipMaterial, chain: MipChain, levels: dict[str,
             levels[role] = chain_of
     per_level = [pack({r: v[i] for r, v in levels.items()}, layout, normal_convention=normal_convention)
                  for i in range(chain.deepest + 1)]
+    textures = []
     for name, (_, kind) in per_level[0].items():
         images = [p[name][0] for p in per_level]
         channels = images[0].shape[2]
@@ -115,8 +170,8 @@ def _write_packed(out, material: MipMaterial, chain: MipChain, levels: dict[str,
             mips = [np.concatenate([img] + [np.ones_like(img[..., :1])] * (want - img.shape[2]), axis=2)
                     if img.shape[2] < want else img for img in images]
             kwargs = {}
-        for ext in containers:
-            out.write_texture(f"{prefix}{name}.{ext}", fmt, mips, role=file_role, **kwargs)
+        textures += [(f"{prefix}{name}.{ext}", fmt, mips, dict(kwargs, role=file_role)) for ext in containers]
+    return textures
 
 
 def _upscaled(image: np.ndarray) -> np.ndarray:

@@ -13,18 +13,21 @@ from __future__ import annotations
 
 import numpy as np
 
+from bakery import phases
 from bakery.imaging import psnr_from_mse
 from bakery.layouts import LAYOUTS
 from bakery.materials import NORMAL_CONVENTIONS
 from bakery.nn.optimizers import Adam
 from bakery.nn.trainer import TrainConfig, Trainer
+from bakery.overlap import SideWork
 from bakery.progress import TrainingProgress
 from bakery.stages.base import Stage, StageResult, register
 from bakery.stages.params import AUTO, QUALITY, Param, Presets
 from bakery.stages.mipmap.chain import MipChain
 from bakery.stages.mipmap.material import load_mip_material
 from bakery.stages.mipmap.objective import STARTS, MipFit
-from bakery.stages.mipmap.outputs import flip_error, write_baseline_chain, write_chains, write_previews
+from bakery.stages.mipmap.outputs import (encode_baseline_chain, flip_error, level0_blocks, level0_maps, write_chains,
+                                          write_encoded, write_previews)
 from bakery.verdict import budget_reason, error_verdict, margin_of_error, part
 
 #: What ``auto`` means: at ``production`` a CPU device (lavapipe, 2 cores) finishes a 256^2
@@ -87,7 +90,8 @@ class Mipmap(Stage):
 
     def run(self, ctx, inputs, params) -> StageResult:
         (inp,) = inputs
-        material = load_mip_material(dict(inp.files), roughness=params["roughness"], albedo=params["albedo"])
+        with phases.time("load"):
+            material = load_mip_material(dict(inp.files), roughness=params["roughness"], albedo=params["albedo"])
         width, height = material.size
         for note in material.notes:
             ctx.log.info("%s: %s", inp.name, note)
@@ -95,40 +99,50 @@ class Mipmap(Stage):
             ctx.log.info("%s: no roughness map; constant roughness %.3g (param roughness)", inp.name,
                          params["roughness"])
         chain = MipChain.for_size(width, height, params["levels"])
-        device = ctx.device
         settings = {k: params[k] for k in SETTINGS}
-        fit = MipFit(device, material, chain, pairs=settings["pairs"], light=params["light"], lr=params["lr"],
-                     roughness_lr=params["roughness_lr"],
-                     albedo_lr=params["albedo_lr"] if params["train_albedo"] else 0.0, init=params["init"],
-                     seed=ctx.seed)
-        config = TrainConfig(steps=settings["steps"], batch=fit.batch, optimizer=Adam(lr=params["lr"]),
-                             schedule="cosine", seed=ctx.seed)
-        trainer = Trainer(device, None, fit, config)
-        # the loss of the chain so far, read back every few seconds (never per step)
-        trainer.train(progress=TrainingProgress(ctx.progress, config.steps, probe=lambda done: {
-            "step": trainer.step, "loss": fit.training_loss(trainer.step, ctx.seed)}))
-
-        chains = {"trained": fit.trained(), **{k: fit.baseline(k) for k in BASELINES}}
-        mse = fit.held_out_mse(chains, settings["eval_pairs"])
-        reference, renders = fit.render({"trained": chains["trained"], "box": chains["box"]})
-        levels = []
-        for i, level in enumerate(range(1, chain.deepest + 1)):
-            row = {"level": level, "width": chain.shape(level)[1], "height": chain.shape(level)[0]}
-            for name in chains:
-                row[f"{name}_rmse"] = round(float(np.sqrt(mse[name][i])), 6)
-                row[f"{name}_psnr_db"] = round(psnr_from_mse(mse[name][i]), 3)
-            for name in ("trained", "box"):
-                row[f"{name}_flip"] = round(flip_error(reference[i], renders[name][i]), 5)
-            levels.append(row)
-        summary = {f"{name}_rmse_1_4": round(float(np.sqrt(np.mean(mse[name][:4]))), 6) for name in chains}
-        summary["reduction_vs_toksvig_1_4"] = round(1.0 - summary["trained_rmse_1_4"] / summary["toksvig_rmse_1_4"], 4)
-
         convention = None if params["normal_convention"] == "layout" else params["normal_convention"]
-        write_chains(ctx.out, material, chain, chains["trained"], params["format"], albedo=params["train_albedo"],
-                     layout=params["layout"], normal_convention=convention)
-        write_baseline_chain(ctx.out, material, chain, chains["toksvig"], params["format"], "toksvig",
-                             layout=params["layout"], normal_convention=convention)
-        write_previews(ctx.out, reference, renders)
+        with SideWork() as side:   # level 0 and the baseline chain encode beside training (bakery.overlap)
+            level0 = {name: side.submit("encoding", level0_blocks, material, name)
+                      for name in level0_maps(params["train_albedo"], params["format"], params["layout"], convention)}
+            with phases.time("training"):
+                device = ctx.device
+                fit = MipFit(device, material, chain, pairs=settings["pairs"], light=params["light"], lr=params["lr"],
+                             roughness_lr=params["roughness_lr"],
+                             albedo_lr=params["albedo_lr"] if params["train_albedo"] else 0.0, init=params["init"],
+                             seed=ctx.seed)
+                baseline_chain = side.submit("baselines", encode_baseline_chain, material, chain,
+                                             fit.baseline("toksvig"), params["format"], "toksvig",
+                                             layout=params["layout"], normal_convention=convention)
+                config = TrainConfig(steps=settings["steps"], batch=fit.batch, optimizer=Adam(lr=params["lr"]),
+                                     schedule="cosine", seed=ctx.seed)
+                trainer = Trainer(device, None, fit, config)
+                # the loss of the chain so far, read back every few seconds (never per step)
+                trainer.train(progress=TrainingProgress(ctx.progress, config.steps, probe=lambda done: {
+                    "step": trainer.step, "loss": fit.training_loss(trainer.step, ctx.seed)}))
+
+            with phases.time("metrics"):
+                chains = {"trained": fit.trained(), **{k: fit.baseline(k) for k in BASELINES}}
+                mse = fit.held_out_mse(chains, settings["eval_pairs"])
+                reference, renders = fit.render({"trained": chains["trained"], "box": chains["box"]})
+                levels = []
+                for i, level in enumerate(range(1, chain.deepest + 1)):
+                    row = {"level": level, "width": chain.shape(level)[1], "height": chain.shape(level)[0]}
+                    for name in chains:
+                        row[f"{name}_rmse"] = round(float(np.sqrt(mse[name][i])), 6)
+                        row[f"{name}_psnr_db"] = round(psnr_from_mse(mse[name][i]), 3)
+                    for name in ("trained", "box"):
+                        row[f"{name}_flip"] = round(flip_error(reference[i], renders[name][i]), 5)
+                    levels.append(row)
+            summary = {f"{name}_rmse_1_4": round(float(np.sqrt(np.mean(mse[name][:4]))), 6) for name in chains}
+            summary["reduction_vs_toksvig_1_4"] = round(1.0 - summary["trained_rmse_1_4"] / summary["toksvig_rmse_1_4"],
+                                                        4)
+
+            with phases.time("encoding"):
+                write_chains(ctx.out, material, chain, chains["trained"], params["format"],
+                             albedo=params["train_albedo"], layout=params["layout"], normal_convention=convention,
+                             level0={name: blocks.result() for name, blocks in level0.items()})
+                write_encoded(ctx.out, baseline_chain.result())
+                write_previews(ctx.out, reference, renders)
         ctx.log.info("%s: %dx%d, levels 1-%d, %d steps x %d pairs; RMSE 1-4 trained %.4f box %.4f toksvig %.4f",
                      inp.name, width, height, chain.deepest, settings["steps"], settings["pairs"],
                      summary["trained_rmse_1_4"], summary["box_rmse_1_4"], summary["toksvig_rmse_1_4"])

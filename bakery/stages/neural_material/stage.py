@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 
+from bakery import phases
 from bakery.errors import UsageError
 from bakery.nn.optimizers import SCHEDULES, Adam
 from bakery.nn.trainer import TrainConfig, Trainer
@@ -143,7 +144,8 @@ class NeuralMaterial(Stage):
         layers = LayerConstants(params["coat_weight"], params["coat_roughness"], params["coat_ior"],
                                 params["sheen_weight"], parse_color(params["sheen_color"]), params["sheen_roughness"],
                                 params["coat_quadrature"])
-        base, notes = material_params(dict(inp.files), roughness=params["roughness"], metalness=params["metalness"])
+        with phases.time("load"):
+            base, notes = material_params(dict(inp.files), roughness=params["roughness"], metalness=params["metalness"])
         for note in notes:
             ctx.log.info("%s: %s", inp.name, note)
         h, w, _ = base.shape
@@ -152,86 +154,91 @@ class NeuralMaterial(Stage):
         n = params["latents"]
         directions_mode = params["directions"]
         stack = make_stack(n, params["hidden"], params["layers"], params["encoder_hidden"], directions_mode)
-        obj = MaterialDistillation(ctx.device, base, n, layers, params["loss"], directions_mode)
-        cfg = TrainConfig(steps=steps, batch=batch, optimizer=Adam(lr=params["lr"]), schedule=params["schedule"],
-                          seed=ctx.seed)
-        trainer = Trainer(ctx.device, stack, obj, cfg)
-        started = time.perf_counter()
-        probe = loss_probe(base, layers, stack, params["loss"])  # read back every few seconds, never per step
-        trainer.train(progress=TrainingProgress(_with_train_seconds(ctx.progress, started), steps,
-                                                probe=lambda done: {"step": trainer.step,
-                                                                    "loss": probe(trainer.params())}))
-        # the wall time goes to the log and the progress callback, never the manifest: a
-        # bundle stays byte-identical for the same seed (portable backend)
-        ctx.log.info("%s: trained %d steps x batch %d in %.2f s (%s, %s)", inp.name, steps, batch,
-                     time.perf_counter() - started, dclass, params["quality"])
+        with phases.time("training"):
+            obj = MaterialDistillation(ctx.device, base, n, layers, params["loss"], directions_mode)
+            cfg = TrainConfig(steps=steps, batch=batch, optimizer=Adam(lr=params["lr"]), schedule=params["schedule"],
+                              seed=ctx.seed)
+            trainer = Trainer(ctx.device, stack, obj, cfg)
+            started = time.perf_counter()
+            probe = loss_probe(base, layers, stack, params["loss"])  # read back every few seconds, never per step
+            trainer.train(progress=TrainingProgress(_with_train_seconds(ctx.progress, started), steps,
+                                                    probe=lambda done: {"step": trainer.step,
+                                                                        "loss": probe(trainer.params())}))
+            # the wall time goes to the log and the progress callback, never the manifest: a
+            # bundle stays byte-identical for the same seed (portable backend)
+            ctx.log.info("%s: trained %d steps x batch %d in %.2f s (%s, %s)", inp.name, steps, batch,
+                         time.perf_counter() - started, dclass, params["quality"])
 
         nets = stack.unstack(trainer.params())  # the trained networks, downloaded once
 
-        # Bake: the encoder over every level of the filtered parameters, then quantise.
-        chain = mip_chain(base)
-        raw = []
-        for level in chain:
-            obj.bind_material(level)
-            raw.append(obj.encode(trainer))
-        stored, scale, bias = quantize(raw, params["latent_format"])
-        if params["finetune_steps"]:
-            # the level-0 texels fitted directly through the decoder, in the bake's range
-            tune = LatentFinetune(ctx.device, base, raw[0], scale, bias, layers, loss=params["loss"],
-                                  directions=directions_mode, latent_format=params["latent_format"],
-                                  lr=params["finetune_lr"])
-            started = time.perf_counter()
-            tuned, _ = finetune_latents(ctx.device, stack["Network"], nets["Network"], tune,
-                                        steps=params["finetune_steps"], batch=batch, seed=ctx.seed,
-                                        progress=TrainingProgress(_with_train_seconds(ctx.progress, started,
-                                                                                      "finetune_s"),
-                                                                  params["finetune_steps"]))
-            stored[0] = store_level(tuned, params["latent_format"], scale, bias)
-            ctx.log.info("%s: fine-tuned the level-0 latents %d steps in %.2f s", inp.name, params["finetune_steps"],
-                         time.perf_counter() - started)
-        decoded = [bias.astype(np.float32) + scale.astype(np.float32) * s for s in stored]
+        with phases.time("training"):   # the encoder baked into latents, the fine-tuning
+            # Bake: the encoder over every level of the filtered parameters, then quantise.
+            chain = mip_chain(base)
+            raw = []
+            for level in chain:
+                obj.bind_material(level)
+                raw.append(obj.encode(trainer))
+            stored, scale, bias = quantize(raw, params["latent_format"])
+            if params["finetune_steps"]:
+                # the level-0 texels fitted directly through the decoder, in the bake's range
+                tune = LatentFinetune(ctx.device, base, raw[0], scale, bias, layers, loss=params["loss"],
+                                      directions=directions_mode, latent_format=params["latent_format"],
+                                      lr=params["finetune_lr"])
+                started = time.perf_counter()
+                tuned, _ = finetune_latents(ctx.device, stack["Network"], nets["Network"], tune,
+                                            steps=params["finetune_steps"], batch=batch, seed=ctx.seed,
+                                            progress=TrainingProgress(_with_train_seconds(ctx.progress, started,
+                                                                                          "finetune_s"),
+                                                                      params["finetune_steps"]))
+                stored[0] = store_level(tuned, params["latent_format"], scale, bias)
+                ctx.log.info("%s: fine-tuned the level-0 latents %d steps in %.2f s", inp.name,
+                             params["finetune_steps"], time.perf_counter() - started)
+            decoded = [bias.astype(np.float32) + scale.astype(np.float32) * s for s in stored]
 
         # Quality after quantisation, level 0.
-        obj.bind_material(base)
-        obj.bind_latents(decoded[0])
-        directions = held_out_directions(params["eval_directions"])
-        teachers = [obj.render(trainer, "teacher", wi, wo) for wi, wo in directions]
-        students = [obj.render(trainer, "student", wi, wo) for wi, wo in directions]
-        quality_psnr = psnr_pooled(teachers, students)
-        quality_flip = flip_mean(teachers, students)
+        with phases.time("metrics"):
+            obj.bind_material(base)
+            obj.bind_latents(decoded[0])
+            directions = held_out_directions(params["eval_directions"])
+            teachers = [obj.render(trainer, "teacher", wi, wo) for wi, wo in directions]
+            students = [obj.render(trainer, "student", wi, wo) for wi, wo in directions]
+            quality_psnr = psnr_pooled(teachers, students)
+            quality_flip = flip_mean(teachers, students)
         # the baseline: the uniform material (the set's mean parameters) shaded by the same teacher
-        obj.bind_material(uniform_material(base))
-        uniform = [obj.render(trainer, "teacher", wi, wo) for wi, wo in directions]
-        obj.bind_material(base)
-        uniform_psnr = psnr_pooled(teachers, uniform)
+        with phases.time("baselines"):
+            obj.bind_material(uniform_material(base))
+            uniform = [obj.render(trainer, "teacher", wi, wo) for wi, wo in directions]
+            obj.bind_material(base)
+            uniform_psnr = psnr_pooled(teachers, uniform)
 
         timing = None
         if dclass == "gpu" and params["time_points"]:
             timing = obj.speed_against_teacher(trainer, params["time_points"])
 
-        decoder = stack["Network"]
-        out = ctx.out
-        out.write_weights("weights.bin", decoder, nets["Network"])
-        # The encoder runs only while baking; it ships for re-baking and inspection.
-        out.write_weights("encoder.bin", stack["Encoder"], nets["Encoder"], dtype="float32", network="encoder")
-        fmt = "rgba8_unorm" if params["latent_format"] == "unorm8" else "rgba16f"
-        mips = [np.ascontiguousarray(s.reshape(s.shape[0], s.shape[1], n // 4, 4).transpose(2, 0, 1, 3))
-                for s in stored]
-        for ext in ("dds", "ktx2"):
-            out.write_texture(f"latents.{ext}", fmt, mips, array=True, role="latents",
-                              supercompression="zstd" if ext == "ktx2" else "none")
-        out.write_decoder_artifacts(decoder, params=nets["Network"], shaders=("slang", "hlsl", "webgl"))
-        for lang, ext in (("slang", "slang"), ("hlsl", "hlsl")):
-            text = generate_material_eval(decoder, n, scale, bias, lang, directions=directions_mode)
-            out.write_bytes(f"material_eval.{ext}", text.encode(), role="shader")
-        out.write_bytes("material_eval.webgl.glsl", generate_material_eval_webgl(
-            decoder, n, scale, bias, directions=directions_mode, prefix=f"{out.symbol_prefix}_material").encode(),
-            role="shader")
-        for k in range(min(3, len(directions))):
-            j = k * (len(directions) - 1) // 2  # random, in between, near-mirror
-            out.write_png(f"preview_{k}.png", preview(teachers[j], students[j]))
-        # the baseline beside it: teacher | uniform material | difference, the first direction
-        out.write_png("uniform_preview.png", preview(teachers[0], uniform[0]))
+        with phases.time("encoding"):
+            decoder = stack["Network"]
+            out = ctx.out
+            out.write_weights("weights.bin", decoder, nets["Network"])
+            # The encoder runs only while baking; it ships for re-baking and inspection.
+            out.write_weights("encoder.bin", stack["Encoder"], nets["Encoder"], dtype="float32", network="encoder")
+            fmt = "rgba8_unorm" if params["latent_format"] == "unorm8" else "rgba16f"
+            mips = [np.ascontiguousarray(s.reshape(s.shape[0], s.shape[1], n // 4, 4).transpose(2, 0, 1, 3))
+                    for s in stored]
+            for ext in ("dds", "ktx2"):
+                out.write_texture(f"latents.{ext}", fmt, mips, array=True, role="latents",
+                                  supercompression="zstd" if ext == "ktx2" else "none")
+            out.write_decoder_artifacts(decoder, params=nets["Network"], shaders=("slang", "hlsl", "webgl"))
+            for lang, ext in (("slang", "slang"), ("hlsl", "hlsl")):
+                text = generate_material_eval(decoder, n, scale, bias, lang, directions=directions_mode)
+                out.write_bytes(f"material_eval.{ext}", text.encode(), role="shader")
+            out.write_bytes("material_eval.webgl.glsl", generate_material_eval_webgl(
+                decoder, n, scale, bias, directions=directions_mode, prefix=f"{out.symbol_prefix}_material").encode(),
+                role="shader")
+            for k in range(min(3, len(directions))):
+                j = k * (len(directions) - 1) // 2  # random, in between, near-mirror
+                out.write_png(f"preview_{k}.png", preview(teachers[j], students[j]))
+            # the baseline beside it: teacher | uniform material | difference, the first direction
+            out.write_png("uniform_preview.png", preview(teachers[0], uniform[0]))
 
         metrics = {"psnr_db": round(quality_psnr, 3), "flip": round(quality_flip, 5),
                    "speedup": None if timing is None or timing["speedup"] is None else round(timing["speedup"], 3),

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from bakery import phases
 from bakery.errors import UsageError
-from bakery.formats.images import image_size
+from bakery.formats.images import encode_png, image_size
 from bakery.imaging import set_psnr
 from bakery.materials import ROLES, binding_role, load_material
+from bakery.overlap import SideWork
 from bakery.stages.base import Stage, StageResult, register
 from bakery.stages.ntc import bc4, packing
 from bakery.stages.ntc.manifest import ntc_section
@@ -156,29 +158,42 @@ class NeuralTextureCompression(Stage):
 
     def run(self, ctx, inputs, params) -> StageResult:
         (inp,) = inputs
-        material = load_material(dict(inp.files))
+        with phases.time("load"):
+            material = load_material(dict(inp.files))
         for note in material.notes:
             ctx.log.info("%s: %s", inp.name, note)
         h, w, c = material.image.shape
         rate_kw = dict(hidden=params["hidden"], layers=params["layers"], pe_octaves=params["pe_octaves"],
                        bits=params["latent_bits"], mips=params["mips"], mode=params["latents"],
                        features=params["features"])
-        training = SetTraining(ctx, inp.name, material, params)
-        if params["target_psnr"] > 0:
-            trained, tried = training.search(ladder(w, h, c, **rate_kw), params["target_psnr"])
-        else:
-            trained, tried = training.train(choose(w, h, c, params["bpp"], **rate_kw)), []
-        point = trained.point
         # margin and bcn weighting steer by BCn at equal bytes: its report ships even without `baseline`
-        baseline = training.bcn_at(point.bpp) if params["baseline"] or params["weighting"] != "uniform" else None
-        mip_images = trained.decode_mips(material.normal_channel)
-        files = self._write(ctx.out, trained, material, mip_images, params)
-        if params["baseline"]:   # what the viewer shows beside the decode: the source and BCn at mip 0
-            for role, image in material.split(material.image).items():
-                ctx.out.write_png(f"source_{role}.png", image, role="reference")
-            for role, image in training.bcn_images(point.bpp).items():
-                ctx.out.write_png(f"baseline_{role}.png", image, role="baseline")
-            files["references"] = {"source": "source_{role}.png", "baseline": "baseline_{role}.png"}
+        compare = params["baseline"] or params["weighting"] != "uniform"
+        with SideWork() as side:   # what needs no training encodes beside it (bakery.overlap)
+            training = SetTraining(ctx, inp.name, material, params, side=side)
+            chosen = None if params["target_psnr"] > 0 else choose(w, h, c, params["bpp"], **rate_kw)
+            if chosen is not None and compare:   # first: steering waits for it at its first pause
+                training.start_bcn(chosen.bpp)
+            sources = self._encode_sources(side, material, params)
+            if chosen is None:
+                trained, tried = training.search(ladder(w, h, c, **rate_kw), params["target_psnr"])
+            else:
+                trained, tried = training.train(chosen), []
+            point = trained.point
+            previews = {role: side.submit("encoding", encode_png, image)
+                        for role, image in material.split(trained.decoded).items()}
+            baseline = training.bcn_at(point.bpp) if compare else None
+            shown = ({role: side.submit("encoding", encode_png, image)
+                      for role, image in training.bcn_images(point.bpp).items()} if params["baseline"] else {})
+            with phases.time("metrics"):
+                mip_images = trained.decode_mips(material.normal_channel)
+            with phases.time("encoding"):
+                files = self._write(ctx.out, trained, material, mip_images, params, previews)
+            if params["baseline"]:   # what the viewer shows beside the decode: the source and BCn at mip 0
+                for role, png in sources.items():
+                    ctx.out.write_bytes(f"source_{role}.png", png.result(), role="reference")
+                for role, png in shown.items():
+                    ctx.out.write_bytes(f"baseline_{role}.png", png.result(), role="baseline")
+                files["references"] = {"source": "source_{role}.png", "baseline": "baseline_{role}.png"}
         section = ntc_section(trained, material, mip_images, files, params, baseline=baseline, tried=tried,
                               role_weights=training.role_weights(point, trained.steering),
                               device_class=params.device_class)
@@ -197,8 +212,17 @@ class NeuralTextureCompression(Stage):
 
         return reporting.section(view, extra=[rate_distortion(view.manifest)])
 
-    def _write(self, out, trained, material, mip_images, params) -> dict:
-        """Writes the bundle's files; returns their names by part (the manifest's ``files``)."""
+    @staticmethod
+    def _encode_sources(side, material, params) -> dict:
+        """The source textures' PNGs (the viewer's references), encoding beside training."""
+        if not params["baseline"]:
+            return {}
+        return {role: side.submit("encoding", encode_png, image)
+                for role, image in material.split(material.image).items()}
+
+    def _write(self, out, trained, material, mip_images, params, previews: dict) -> dict:
+        """Writes the bundle's files (``previews``: the decoded set's PNGs by role, encoding
+        beside); returns their names by part (the manifest's ``files``)."""
         point, grid = trained.point, trained.point.grid
         net_params = trained.trainer.params()
         out.write_weights("weights.bin", point.network, net_params)
@@ -212,8 +236,8 @@ class NeuralTextureCompression(Stage):
             blocks, _ = bc4.encode_levels(raw_levels)
             out.write_texture(latent_file, "bc4_unorm", blocks, width=grid.grid_width, height=grid.grid_height,
                               array=True, role="latents")
-        for role, image in material.split(trained.decoded).items():
-            out.write_png(f"preview_{role}.png", image)
+        for role, png in previews.items():
+            out.write_bytes(f"preview_{role}.png", png.result(), role="preview")
         out.write_decoder_artifacts(point.network, params=net_params, shaders=LANGUAGES)
         decoders = {lang: f"ntc_decode.{ext}" for lang, ext in EXTENSIONS.items()}
         mip_decoders = {lang: f"ntc_decode_mip.{ext}" for lang, ext in COMPUTE_LANGUAGES.items()}

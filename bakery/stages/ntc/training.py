@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bakery import phases
 from bakery.imaging import mean_psnr, psnr, set_psnr
 from bakery.materials import renormalize_normals
 from bakery.nn.optimizers import Adam
@@ -56,8 +57,9 @@ class TrainedRate:
 class SetTraining:
     """Trains rates of one material with one set of resolved settings."""
 
-    def __init__(self, ctx, name: str, material, params: dict):
+    def __init__(self, ctx, name: str, material, params: dict, side=None):
         self.ctx, self.name, self.material, self.params = ctx, name, material, params
+        self.side = side   # bakery.overlap.SideWork: where the BCn comparisons encode beside training
         self.textures = material.split(material.image)
         self.channels = {r: n for r, (_, n) in zip(material.roles, material.slices)}
         self.config = TrainConfig(steps=params["steps"], batch=params["batch"], optimizer=Adam(lr=params["lr"]),
@@ -73,11 +75,26 @@ class SetTraining:
         """The BCn shipping set at full resolution, decoded as a shader reads it, by role."""
         return self._bcn_encode(bpp)[1]
 
+    def start_bcn(self, bpp: float) -> None:
+        """Starts encoding the BCn comparison at ``bpp`` beside training (with side work;
+        at once without): the rate is known before training, the comparison is needed
+        only at the first steering pause and after training."""
+        if bpp in self._bcn:
+            return
+        from bakery.baselines.material import baseline_report
+        if self.side is not None:
+            self._bcn[bpp] = self.side.submit("baselines", baseline_report, self.textures, neural_bpp=bpp,
+                                              return_images=True)
+        else:
+            self._bcn_encode(bpp)
+
     def _bcn_encode(self, bpp: float) -> tuple[dict, dict]:
         if bpp not in self._bcn:
             from bakery.baselines.material import baseline_report
-            self._bcn[bpp] = baseline_report(self.textures, neural_bpp=bpp, return_images=True)
-        return self._bcn[bpp]
+            with phases.time("baselines"):
+                self._bcn[bpp] = baseline_report(self.textures, neural_bpp=bpp, return_images=True)
+        found = self._bcn[bpp]
+        return found if isinstance(found, tuple) else found.result()
 
     def role_weights(self, point: RatePoint, steering: MarginSteering | None) -> dict[str, float]:
         """The weighting's factor per role, as the rate finished training (before the
@@ -98,6 +115,10 @@ class SetTraining:
         return decoded, {r: psnr(decoded[..., a:a + n], m.image[..., a:a + n]) for r, (a, n) in zip(m.roles, m.slices)}
 
     def train(self, point: RatePoint) -> TrainedRate:
+        with phases.time("training"):   # the pauses' decodes and the final one count as metrics
+            return self._train(point)
+
+    def _train(self, point: RatePoint) -> TrainedRate:
         p, cfg, m = self.params, self.config, self.material
         lazy = p["latent_updates"] == "lazy"   # lazy updates read only the cells the kernel marked
         fit = LatentTextureFit(self.ctx.device, m.image, point.grid,
@@ -112,7 +133,7 @@ class SetTraining:
         steering = None
         if p["weighting"] == "margin":
             steerable = [r for r in m.roles if p[f"weight_{r}"] > 0]
-            steering = MarginSteering(self.bcn_at(point.bpp), m.roles, steerable, self.channels, p["margin_db"],
+            steering = MarginSteering(lambda: self.bcn_at(point.bpp), m.roles, steerable, self.channels, p["margin_db"],
                                       self.freeze_step)
 
         def advance(end):
@@ -124,7 +145,8 @@ class SetTraining:
                 if at is not None and at <= trainer.step:
                     if point.grid.mode == "bc":
                         refresh_bc(fit)   # measure the latents as they would ship
-                    now = self.scores(fit, trainer)[1]
+                    with phases.time("metrics"):
+                        now = self.scores(fit, trainer)[1]
                     fit.set_channel_weights(self.channel_weights(steering.pause(trainer.step, now)))
                     last = steering.rounds[-1]
                     self.ctx.log.info("%s: step %d, margins over BCn at equal bytes %s; weights now %s", self.name,
@@ -144,7 +166,8 @@ class SetTraining:
             advance(self.freeze_step)
             fit.latents.lr, frozen_from = 0.0, self.freeze_step   # the last steps fit the decoder to the final codes
             advance(cfg.steps)
-        decoded, scores = self.scores(fit, trainer)
+        with phases.time("metrics"):
+            decoded, scores = self.scores(fit, trainer)
         return TrainedRate(point, fit, trainer, decoded, scores, steering, frozen_from)
 
     def search(self, points: list[RatePoint], target: float) -> tuple[TrainedRate, list[dict]]:

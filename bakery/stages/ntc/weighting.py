@@ -17,6 +17,7 @@ figure (~110 dB one step, inf the next) would only add noise to a margin.
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
 
@@ -98,15 +99,34 @@ class MarginSteering:
     step ``until``, none at step 0 or twice at one step), the boosts and weights so far, and
     a record of every pause. The caller trains, decodes at each pause and hands the
     textures' PSNRs to :meth:`pause`. ``roles``: the material's; those not steered (flat, or
-    weighted 0 by the user: a map nothing trains would take every boost) keep weight 1."""
+    weighted 0 by the user: a map nothing trains would take every boost) keep weight 1.
+    ``report`` (BCn at equal bytes) may be a function giving it, called at the first pause:
+    the comparison can still be encoding beside training until then (bakery.overlap)."""
 
-    def __init__(self, report: dict, roles, steerable, channels: dict[str, int], margin_db: float, until: int):
-        self.report, self.channels = report, channels
+    def __init__(self, report: dict | Callable[[], dict], roles, steerable, channels: dict[str, int],
+                 margin_db: float, until: int):
+        self._report, self._steerable, self.channels = report, list(steerable), channels
         self.aim = margin_db + MARGIN_CUSHION_DB
-        self.boosts = {r: 0.0 for r in steered_roles(report, steerable)}
+        self._boosts: dict[str, float] | None = None
         self.weights = {r: 1.0 for r in roles}
         self.pauses = sorted({until * k // (MARGIN_ROUNDS + 1) for k in range(1, MARGIN_ROUNDS + 1)} - {0})
         self.rounds: list[dict] = []
+
+    @property
+    def report(self) -> dict:
+        if callable(self._report):
+            self._report = self._report()
+        return self._report
+
+    @property
+    def boosts(self) -> dict[str, float]:
+        if self._boosts is None:
+            self._boosts = {r: 0.0 for r in steered_roles(self.report, self._steerable)}
+        return self._boosts
+
+    @boosts.setter
+    def boosts(self, value: dict[str, float]) -> None:
+        self._boosts = value
 
     def next_pause(self) -> int | None:
         """The step of the next pause, or None after the last."""

@@ -1,0 +1,393 @@
+#!/usr/bin/env python3
+"""Benchmark: a studio library through ntc, mipmap and neural_material, in materials per GPU-hour.
+
+The library is written once per run into a temp folder: ``--count`` materials made by the
+sample-asset generator (scripts/make_assets.py: bricks, tiles, cobblestones, each seed a
+different material), each laid out as one studio convention names and packs its maps
+(plain role names, Unreal ``T_X_D``/DirectX ``_N``/``_ORM``, Substance with a 16-bit height,
+glTF ``occlusionRoughnessMetallic``, Unity HDRP ``MaskMap``, ambientCG, Poly Haven ``arm``),
+so detection, channel splitting and normal flips run as in a studio's bake. One
+pipeline.toml bakes it through ``ntc`` (8 bpp), ``mipmap`` and ``neural_material`` at
+production quality, first with cold caches (Slang's and the driver's: a fresh cache folder
+and XDG_CACHE_HOME), then again (``--force '*'``) with them warm.
+
+Per bake: materials per GPU-hour (materials / wall hours of the bake, one GPU), wall per
+stage (its tasks' seconds), GPU busy % over the bake and over each stage's tasks, and peak
+GPU memory above idle (nvidia-smi ``utilization.gpu,memory.used`` every 200 ms; n/a
+without nvidia-smi), host seconds by phase per stage (each task's ``phase seconds`` log
+line, bakery.phases; ``overlapped`` ran beside training), and the quality each stage
+reached against its own baseline in the same run (set PSNR from the mean MSE, RMSE over
+materials).
+
+    python3 bench/library.py --device vulkan                               # H200: 100 x 2048^2
+    python3 bench/library.py --device vulkan --bake 6                      # the first 6 of them
+    python3 bench/library.py --count 4 --size 256 --device software        # CPU check
+
+``bash bench/all.sh library`` runs the first with ``$LIBRARY_ARGS`` appended.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+import workloads as W
+
+sys.path.insert(0, str(W.REPO / "scripts"))
+import make_assets  # noqa: E402  (scripts/ holds the generator)
+
+from bakery.imaging import set_psnr  # noqa: E402
+from bakery.phases import PHASES, PHASES_LOG_PREFIX, parse_log  # noqa: E402
+
+#: Stage name in the pipeline -> (type, params): the three stages of a nightly library bake.
+STAGES = {"compress": ("ntc", {"bpp": 8.0, "quality": "production"}),
+          "mips": ("mipmap", {"quality": "production"}),
+          "neural_material": ("neural_material", {"quality": "production"})}
+CONVENTIONS = ("plain", "unreal", "substance", "gltf", "unity-hdrp", "ambientcg", "polyhaven")
+
+
+# -- the library ------------------------------------------------------------------------
+def _u8(a: np.ndarray) -> np.ndarray:
+    a = np.clip(np.asarray(a, np.float32), 0, 1)
+    return (a * 255 + 0.5).astype(np.uint8)
+
+
+def _save(path: Path, image: np.ndarray, bits: int = 8) -> None:
+    """A PNG written fast (level 1: the library is written once, its bytes do not matter)."""
+    if bits == 16:
+        a = (np.clip(image, 0, 1) * 65535 + 0.5).astype(np.uint16)
+    else:
+        a = _u8(image)
+    if a.ndim == 3 and a.shape[2] == 1:
+        a = a[..., 0]
+    Image.fromarray(a).save(path, compress_level=1)
+
+
+def write_material(folder: Path, index: int, size: int, seed: int) -> str:
+    """Material ``index`` of the library: generator (3) and convention (7) cycle apart, so
+    21 materials hold every pair; the seed varies with each."""
+    kinds = list(make_assets.MATERIALS)
+    kind = kinds[index % len(kinds)]
+    convention = CONVENTIONS[index % len(CONVENTIONS)]
+    rng = np.random.default_rng(seed + index)
+    maps = {r: np.asarray(img, np.float32) for r, (img, _) in
+            make_assets.material_maps(*make_assets.MATERIALS[kind](rng, size)).items()}
+    maps = {r: (a if a.ndim == 3 else a[..., None]) for r, a in maps.items()}
+    write_convention(folder, f"{kind.capitalize()}{index:03d}", convention, maps)
+    return convention
+
+
+def write_convention(folder: Path, name: str, convention: str, m: dict[str, np.ndarray]) -> None:
+    """``m`` (role -> [H, W, C] in [0, 1], normals OpenGL) named and packed as ``convention`` ships it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    dx = m["normal"].copy()
+    dx[..., 1] = 1.0 - dx[..., 1]
+    orm = np.concatenate([m["ao"], m["roughness"], m["metalness"]], -1)
+    if convention == "plain":
+        for role in ("albedo", "normal", "roughness", "metalness", "ao"):
+            _save(folder / f"{role}.png", m[role])
+        _save(folder / "height.png", m["height"], 16)
+    elif convention == "unreal":
+        _save(folder / f"T_{name}_D.png", m["albedo"])
+        _save(folder / f"T_{name}_N.png", dx)
+        _save(folder / f"T_{name}_ORM.png", orm)
+    elif convention == "substance":
+        _save(folder / f"{name}_BaseColor.png", m["albedo"])
+        _save(folder / f"{name}_Normal.png", m["normal"])
+        _save(folder / f"{name}_Roughness.png", m["roughness"])
+        _save(folder / f"{name}_Metallic.png", m["metalness"])
+        _save(folder / f"{name}_Mixed_AO.png", m["ao"])
+        _save(folder / f"{name}_Height.png", m["height"], 16)
+    elif convention == "gltf":
+        _save(folder / f"{name}_baseColor.png", m["albedo"])
+        _save(folder / f"{name}_normal.png", m["normal"])
+        _save(folder / f"{name}_occlusionRoughnessMetallic.png", orm)
+    elif convention == "unity-hdrp":
+        mask = np.concatenate([m["metalness"], m["ao"], np.ones_like(m["ao"]), 1.0 - m["roughness"]], -1)
+        _save(folder / f"{name}_BaseColorMap.png", m["albedo"])
+        _save(folder / f"{name}_NormalMap.png", m["normal"])
+        _save(folder / f"{name}_MaskMap.png", mask)
+    elif convention == "ambientcg":
+        p = f"{name}_2K-PNG_"
+        _save(folder / f"{p}Color.png", m["albedo"])
+        _save(folder / f"{p}NormalGL.png", m["normal"])
+        _save(folder / f"{p}Roughness.png", m["roughness"])
+        _save(folder / f"{p}Metalness.png", m["metalness"])
+        _save(folder / f"{p}AmbientOcclusion.png", m["ao"])
+        _save(folder / f"{p}Displacement.png", m["height"], 16)
+    elif convention == "polyhaven":
+        p = name.lower()
+        _save(folder / f"{p}_diff_2k.png", m["albedo"])
+        _save(folder / f"{p}_nor_dx_2k.png", dx)
+        _save(folder / f"{p}_arm_2k.png", orm)
+        _save(folder / f"{p}_disp_2k.png", m["height"], 16)
+    else:
+        raise ValueError(convention)
+
+
+def write_library(root: Path, count: int, size: int, seed: int, workers: int) -> dict[str, int]:
+    """``count`` materials under root/lib/NNN (in parallel); how many of each convention."""
+    folders = [root / "lib" / f"m{i:03d}" for i in range(count)]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        conventions = list(pool.map(write_material, folders, range(count), [size] * count, [seed] * count))
+    return {c: conventions.count(c) for c in CONVENTIONS if c in conventions}
+
+
+def write_pipeline(root: Path, device: str) -> Path:
+    lines = ["[project]", 'name = "library"', 'out = "out"', 'cache = "cache"', f'device = "{device}"', "seed = 1", "",
+             "[assets.lib]", 'material = "lib/*"', ""]
+    for name, (kind, params) in STAGES.items():
+        inline = ", ".join(f"{k} = {json.dumps(v)}" for k, v in params.items())
+        lines += [f"[stages.{name}]", f'type = "{kind}"', 'inputs = ["lib"]', f"params = {{ {inline} }}", ""]
+    path = root / "pipeline.toml"
+    path.write_text("\n".join(lines))
+    return path
+
+
+# -- measuring ----------------------------------------------------------------------------
+class GpuMonitor:
+    """GPU utilisation and memory (``nvidia-smi --query-gpu=utilization.gpu,memory.used
+    --format=csv -lms 200``, a background process) while a bake runs; every figure None
+    without nvidia-smi (a CPU machine), never a made-up number."""
+
+    def __init__(self):
+        self.exe = shutil.which("nvidia-smi")
+        self.samples: list[tuple[float, float, float]] = []   # (epoch s, utilisation %, MiB used), GPU 0
+        self.idle_mib: float | None = None
+        self._proc = None
+
+    def __enter__(self):
+        if self.exe:
+            q = subprocess.run([self.exe, "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+                               capture_output=True, text=True)
+            try:
+                self.idle_mib = float(q.stdout.split()[0])
+            except (ValueError, IndexError):
+                self.idle_mib = None
+            self._proc = subprocess.Popen([self.exe, "--query-gpu=utilization.gpu,memory.used", "--format=csv",
+                                           "-i", "0", "-lms", "200"], stdout=subprocess.PIPE,
+                                          stderr=subprocess.DEVNULL, text=True)
+            self._thread = threading.Thread(target=self._read, daemon=True)
+            self._thread.start()
+        return self
+
+    def _read(self):
+        for line in self._proc.stdout:   # "87 %, 12345 MiB" (the header line does not parse)
+            util, _, mem = line.partition(",")
+            try:
+                self.samples.append((time.time(), float(util.strip().rstrip("%").strip()),
+                                     float(mem.strip().split()[0])))
+            except (ValueError, IndexError):
+                continue
+
+    def __exit__(self, *exc):
+        if self._proc is not None:
+            self._proc.terminate()
+            self._proc.wait(timeout=10)
+            self._thread.join(timeout=5)
+
+    def busy_percent(self, windows: list[tuple[float, float]] | None = None) -> float | None:
+        """Mean utilisation over the bake, or over the samples inside ``windows`` (epoch s)."""
+        util = [u for t, u, _ in self.samples if windows is None or any(a <= t <= b for a, b in windows)]
+        return round(float(np.mean(util)), 1) if util else None
+
+    def peak_mib(self) -> float | None:
+        if not self.samples or self.idle_mib is None:
+            return None
+        return round(max(m for _, _, m in self.samples) - self.idle_mib, 1)
+
+
+def bake(pipeline: Path, env: dict, *args: str) -> dict:
+    report = pipeline.parent / "bench-report.json"
+    report.unlink(missing_ok=True)
+    with GpuMonitor() as gpu:
+        t0 = time.perf_counter()
+        p = subprocess.run([sys.executable, "-m", "bakery", "bake", str(pipeline), "--report", str(report), *args],
+                           cwd=pipeline.parent, env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+    return {"wall_s": wall, "exit": p.returncode, "report": json.loads(report.read_text()) if report.is_file() else {},
+            "log": (p.stdout + p.stderr)[-3000:], "gpu_busy_percent": gpu.busy_percent(),
+            "peak_gpu_mib": gpu.peak_mib(), "gpu_samples": len(gpu.samples), "gpu": gpu}
+
+
+def _logged_at(line: str) -> float | None:
+    """Epoch seconds of a task log line (``2026-01-02 03:04:05,678 INFO ...``, local time)."""
+    try:
+        return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    except ValueError:
+        return None
+
+
+def stage_phases(root: Path, stage: str, assets: list[str]) -> tuple[dict, dict, list[tuple[float, float]]]:
+    """Summed phase seconds (the task's thread; and beside it) over a stage's task logs,
+    and each task's window (epoch s: its phase line's time less its wall time)."""
+    on, beside, windows = {}, {}, []
+    for asset in assets:
+        log = root / "out" / "logs" / stage / f"{asset}.log"
+        text = log.read_text(errors="replace") if log.is_file() else ""
+        record = parse_log(text)
+        if record is None:
+            continue
+        ended = next((_logged_at(ln) for ln in reversed(text.splitlines()) if PHASES_LOG_PREFIX in ln), None)
+        if ended is not None:
+            windows.append((ended - record["wall_s"], ended))
+        for k, v in record["phases"].items():
+            on[k] = on.get(k, 0.0) + v
+        for k, v in record["overlapped"].items():
+            beside[k] = beside.get(k, 0.0) + v
+    order = list(PHASES) + ["other"]
+    return ({k: round(on[k], 2) for k in order if k in on}, {k: round(beside[k], 2) for k in order if k in beside},
+            windows)
+
+
+def _rms(values: list[float]) -> float:
+    return round(math.sqrt(sum(v * v for v in values) / len(values)), 6)
+
+
+def stage_quality(stage_type: str, tasks: list[dict]) -> dict:
+    """The set's quality against the stage's own baseline, measured in the same run."""
+    m = [t.get("metrics") or {} for t in tasks if t.get("status") == "built"]
+    if not m:
+        return {}
+    losing = sum(1 for t in tasks if (t.get("verdict") or {}).get("wins") is False)
+    q: dict = {"losing_to_baseline": losing}
+    if stage_type == "ntc":
+        q["set_psnr_db"] = round(set_psnr([x["set_psnr_db"] for x in m]), 3)
+        theirs = [t["verdict"]["baseline_value"] for t in tasks if t.get("status") == "built" and t.get("verdict")]
+        if theirs:
+            q["bcn_same_bytes_set_psnr_db"] = round(set_psnr(theirs), 3)
+        q["bpp"] = round(float(np.mean([x["bpp"] for x in m])), 4)
+    elif stage_type == "mipmap":
+        for k in ("trained", "box", "toksvig", "vmf"):
+            q[f"{k}_rmse_1_4"] = _rms([x[f"{k}_rmse_1_4"] for x in m])
+    elif stage_type == "neural_material":
+        q["set_psnr_db"] = round(set_psnr([x["psnr_db"] for x in m]), 3)
+        q["uniform_set_psnr_db"] = round(set_psnr([x["uniform_psnr_db"] for x in m]), 3)
+        q["mean_flip"] = round(float(np.mean([x["flip"] for x in m])), 5)
+    return q
+
+
+def summarise(root: Path, run: dict, count: int, caches: str) -> dict:
+    tasks = run["report"].get("tasks") or []
+    stages = {}
+    for name, (kind, _) in STAGES.items():
+        mine = [t for t in tasks if t.get("stage") == name]
+        on, beside, windows = stage_phases(root, name, [t["asset"] for t in mine if t.get("status") == "built"])
+        stages[name] = {"type": kind, "built": sum(t.get("status") == "built" for t in mine),
+                        "failed": sum(t.get("status") == "failed" for t in mine),
+                        "wall_s": round(sum(t.get("seconds") or 0.0 for t in mine), 2),
+                        "gpu_busy_percent": run["gpu"].busy_percent(windows) if windows else None,
+                        "phases_s": on, "overlapped_s": beside, "tasks_with_phases": len(windows),
+                        # the tasks' own thread outside training: where the trainer (the GPU) waits
+                        "host_on_path_s": round(sum(v for k, v in on.items() if k != "training"), 2),
+                        "quality": stage_quality(kind, mine)}
+    built_all = min(s["built"] for s in stages.values())
+    row = {"caches": caches, "exit": run["exit"], "wall_s": round(run["wall_s"], 2), "materials": count,
+           "materials_per_gpu_hour": round(built_all / (run["wall_s"] / 3600.0), 1) if run["wall_s"] > 0 else None,
+           "gpu_busy_percent": run["gpu_busy_percent"], "peak_gpu_mib": run["peak_gpu_mib"],
+           "gpu_samples": run["gpu_samples"], "stages": stages}
+    if run["exit"] != 0:
+        row["log"] = run["log"]
+    return row
+
+
+def _na(v) -> str:
+    return "n/a" if v is None else str(v)
+
+
+def print_tables(rows: list[dict]) -> None:
+    print(f"\n{'caches':7} {'materials':>9} {'wall s':>9} {'materials/GPU-h':>15} {'GPU busy %':>10} "
+          f"{'peak GPU MiB':>12}  stage wall s (GPU busy)")
+    for r in rows:
+        walls = ", ".join(f"{k} {s['wall_s']} (GPU {_na(s['gpu_busy_percent'])}"
+                          f"{'' if s['gpu_busy_percent'] is None else '%'})" for k, s in r["stages"].items())
+        print(f"{r['caches']:7} {r['materials']:>9} {r['wall_s']:>9} {_na(r['materials_per_gpu_hour']):>15} "
+              f"{_na(r['gpu_busy_percent']):>10} {_na(r['peak_gpu_mib']):>12}  {walls}"
+              + ("" if r["exit"] == 0 else f"  FAILED (exit {r['exit']})"))
+    cols = list(PHASES) + ["other"]
+    print("\nhost seconds by phase, summed over a stage's tasks (+x: beside training, overlapped; "
+          "not training: the sum of the tasks' own thread outside training)")
+    print(f"{'caches':7} {'stage':16} " + " ".join(f"{c:>13}" for c in cols) + f" {'not training':>13}")
+    for r in rows:
+        for name, s in r["stages"].items():
+            cells = []
+            for c in cols:
+                v, o = s["phases_s"].get(c), s["overlapped_s"].get(c)
+                cells.append(f"{'' if v is None else v}{'' if o is None else f' +{o}'}" or "-")
+            print(f"{r['caches']:7} {name:16} " + " ".join(f"{c:>13}" for c in cells) + f" {s['host_on_path_s']:>13}")
+    print("\nquality against each stage's own baseline, same run")
+    for r in rows:
+        for name, s in r["stages"].items():
+            q = ", ".join(f"{k} {v}" for k, v in s["quality"].items())
+            print(f"{r['caches']:7} {name:16} {q}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--count", type=int, default=100, help="materials in the library")
+    ap.add_argument("--bake", type=int, default=0, help="bake only the first N of them (0: all), where "
+                    "the machine's time allows no more; the figures are per material baked")
+    ap.add_argument("--size", type=int, default=2048)
+    ap.add_argument("--device", default="auto", choices=["auto", "vulkan", "software"])
+    ap.add_argument("--seed", type=int, default=make_assets.SEED)
+    ap.add_argument("--jobs", type=int, default=1, help="bakery bake --jobs")
+    ap.add_argument("--caches", nargs="+", default=["cold", "warm"], choices=["cold", "warm"],
+                    help="bakes in turn: cold empties the caches first, warm keeps them (rows say which they had)")
+    ap.add_argument("--work", type=Path, default=None, help="library folder (default: a temp folder, removed)")
+    ap.add_argument("--out", type=Path, default=Path("bench/out/library.json"))
+    args = ap.parse_args()
+
+    root = args.work or Path(tempfile.mkdtemp(prefix="bakery-library-"))
+    try:
+        shutil.rmtree(root / "lib", ignore_errors=True)
+        t0 = time.perf_counter()
+        conventions = write_library(root, args.count, args.size, args.seed, workers=max(1, (os.cpu_count() or 2) - 1))
+        written_s = time.perf_counter() - t0
+        baked = min(args.bake or args.count, args.count)
+        print(f"library: {args.count} materials at {args.size}^2 in {written_s:.1f} s ({conventions}) under {root}; "
+              f"baking {baked}")
+        pipeline = write_pipeline(root, args.device)
+        env = W.bake_env(root)
+        env["XDG_CACHE_HOME"] = str(root / "xdg")   # Slang, Mesa and driver caches: cold at first
+        rows, machine = [], W.machine()
+        for caches in args.caches:
+            if caches == "cold":
+                for d in ("out", "cache", "xdg"):
+                    shutil.rmtree(root / d, ignore_errors=True)
+            jobs = ["--jobs", str(args.jobs)] if args.jobs > 1 else []
+            subset = [a for i in range(baked) for a in ("--asset", f"lib/m{i:03d}")] if baked < args.count else []
+            device_cache = root / "cache" / "device"
+            state = "warm" if device_cache.is_dir() and any(device_cache.iterdir()) else "cold"  # as they were
+            run = bake(pipeline, env, "--force", "*", *jobs, *subset)
+            rows.append(summarise(root, run, baked, state))
+            print(f"{state} bake: exit {run['exit']} in {run['wall_s']:.1f} s", flush=True)
+            args.out.parent.mkdir(parents=True, exist_ok=True)   # after each bake: a run cut short keeps its rows
+            args.out.write_text(json.dumps({"machine": machine, "settings": {k: str(v) for k, v in vars(args).items()},
+                                            "stages": {k: {"type": t, "params": p} for k, (t, p) in STAGES.items()},
+                                            "library": {"materials": args.count, "baked": baked,
+                                                        "conventions": conventions, "written_s": round(written_s, 1)},
+                                            "rows": rows}, indent=1))
+        print_tables(rows)
+        print(f"wrote {args.out}")
+        return 0 if all(r["exit"] == 0 for r in rows) else 1
+    finally:
+        if args.work is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
