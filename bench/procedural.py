@@ -4,10 +4,11 @@ Targets: images drawn by known small programs (their complexity is the reference
 stochastic sample textures in assets/textures. Per target: PSNR, whether it is recovered
 (>= 35 dB within the generator's nodes + 2), texture loss (Gram statistics,
 bakery/stages/procedural/texture_stats.py), complexity (nodes), instruction estimate,
-whether target and program tile, program bytes against PNG and BC7 bytes, wall time. For the stochastic ones the
-baseline in the same run: a `neural_texture` whose fp16 weights take at most as many
-bytes as the program's compact JSON, scored with the same texture loss (the stage trains
-it: bakery/stages/procedural/neural_baseline.py).
+whether target and program tile, program bytes against PNG and BC7 bytes, wall time and the
+worker's CPU time (all its threads: on a shared machine the wall time also counts others'
+load). For the stochastic ones the baseline in the same run: a `neural_texture` whose fp16
+weights take at most as many bytes as the program's compact JSON, scored with the same
+texture loss (the stage trains it: bakery/stages/procedural/neural_baseline.py).
 
     python3 bench/procedural.py --device vulkan --workers 6    # H200: 6 targets at once share the GPU
     python3 bench/procedural.py --device software --small                # CPU smoke run
@@ -83,16 +84,17 @@ def bake_target(name: str, kind: str, src: Path, reference_nodes, params: list[s
     """One target through `bakery run procedural` (which also trains the byte-matched
     neural_texture baseline); a worker process of its own, so targets can share the GPU."""
     out = src.parent
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     m = run_cli(["run", "procedural", src, "-o", out / f"{name}_proc", "--seed", seed, "--device", device,
                  *sum((["--param", p] for p in params), []), "--param", f"baseline_steps={nt_steps}",
                  "--param", f"baseline_batch={min(1 << 16, size * size)}"])
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     met = dict(m["metrics"], psnr_db=float(m["metrics"]["psnr_db"]))  # "inf" when exact
     row = {"target": name, "kind": kind, "psnr_db": met["psnr_db"], "texture_loss": met["texture_loss"],
            "complexity": met["complexity"], "reference_complexity": reference_nodes,
            "instructions": met["instructions"], "program_bytes": met["program_bytes"],
            "png_bytes": met["png_bytes"], "bc7_bytes": met["bc7_bytes"], "wall_s": round(wall, 2),
+           "cpu_s": round(cpu, 2),
            "recovered": (reference_nodes is not None and met["psnr_db"] >= RECOVERED_DB
                          and met["complexity"] <= reference_nodes + 2),
            "target_tiles": m["tiling"]["target_tiles"], "program_tiles": m["tiling"]["program_tiles"],
@@ -160,7 +162,7 @@ def main() -> None:
                   f"nodes {row['complexity']:2d} (ref {row['reference_complexity'] or '-'})  "
                   f"tiles {'yes' if row['program_tiles'] else 'no '}  "
                   f"~{row['instructions']:4d} instr  {row['program_bytes']:5d} B vs png {row['png_bytes']} / "
-                  f"bc7 {row['bc7_bytes']}  {row['wall_s']:6.1f} s"
+                  f"bc7 {row['bc7_bytes']}  {row['wall_s']:6.1f} s (cpu {row['cpu_s']:.1f} s)"
                   + (f"  | NT {nt['weights_bytes']} B: psnr {nt['psnr_db']:.2f} tex {nt['texture_loss']:.2e}"
                      if nt else ""), flush=True)
     rows = [rows[name] for name in targets]

@@ -261,6 +261,76 @@ def test_drawn_programs_come_back_exactly_and_tile(device, tmp_path, name):
     assert "tile3x3.png" in {f["name"] for f in manifest["files"]}
 
 
+#: Noise leaves and their other parameters, for the numpy twins of the shader's noise.
+NOISES = (("value_noise", {}, {"frequency": [5], "offset": [3.3, -4.1]}),
+          ("gradient_noise", {}, {"frequency": [5], "offset": [-2.5, 4.1]}),
+          ("fbm", {"octaves": 3, "basis": "value"}, {"frequency": [4], "gain": [0.6], "offset": [1, 2]}),
+          ("fbm", {"octaves": 4, "basis": "gradient"}, {"frequency": [4], "gain": [0.5], "offset": [1, 2]}),
+          ("worley", {}, {"frequency": [6], "jitter": [0.9], "offset": [0.3, 0.7]}))
+
+
+@pytest.mark.parametrize("tile", (False, True))
+def test_numpy_noise_twins_draw_what_the_shader_draws(device, tile):
+    from bakery.stages.procedural import locate
+    n = 64
+    v, u = np.mgrid[0:n, 0:n]
+    uv = np.stack([(u + 0.5) / n, (v + 0.5) / n], axis=-1)
+    for op, attrs, params in NOISES:
+        node = program(ramp({"op": op, "attrs": attrs, "params": params}, [0, 0, 0, 1, 1, 1], (-8.0, 8.0)))
+        shader = fit.render_program(device, node, n, n, tile=tile)[:, :, 0] * 16.0 - 8.0
+        f = params["frequency"][0]
+        twin = locate.field(op, uv * f + np.array(params["offset"]), node.inputs[0].attr,
+                            {k: v[0] for k, v in params.items()}, float(f) if tile else 0.0)
+        assert np.abs(twin - shader).max() < 1e-4, (op, attrs)
+
+
+def test_noise_warps_and_rings_are_located_where_they_were_drawn(device):
+    """The correlation finds a noise leaf's whole frequency and offset in the unbounded
+    field, a noise warp's under sine stripes, and the centre and frequency of rings."""
+    from bakery.stages.procedural import locate
+    from bakery.stages.procedural.search import Hints
+
+    def luma(obj):
+        return render_shader(device, program(obj), 128, 128).mean(axis=2)
+
+    noise = luma(ramp({"op": "value_noise", "params": {"frequency": [7], "offset": [5.25, 2.5]}},
+                      [0.9, 0.8, 0.6, 0.1, 0.2, 0.3]))
+    loc = locate.locate(noise, "value_noise", {}, {})
+    assert loc.frequency == 7.0 and np.allclose(loc.offset, (5.25, 2.5), atol=0.05) and loc.score > 0.95
+    warped = luma(ramp({"op": "warp", "params": {"frequency": [2], "amplitude": [0.12], "offset": [4, 1]}, "inputs": [
+        {"op": "stripes_sine", "params": {"k": [4, 5], "phase": [0.2]}}]}, [0.1, 0.1, 0.1, 0.9, 0.8, 0.7]))
+    found = locate.warped_stripes(warped, Hints(np.repeat(warped[:, :, None], 3, axis=2)).peaks[0])
+    assert found.k == (4.0, 5.0) and found.frequency == 2.0
+    assert np.allclose(found.offset, (4, 1), atol=0.1) and 0.06 < found.amplitude < 0.18
+    rings = locate.rings(luma(ramp({"op": "polar", "params": {"center": [0.45, 0.55], "scale": [1]}, "inputs": [
+        {"op": "stripes_sine", "params": {"k": [0, 6], "phase": [0]}}]}, [0.2, 0.3, 0.4, 0.9, 0.9, 0.8])))
+    assert np.allclose(rings.center, (0.45, 0.55), atol=0.01) and rings.frequency == pytest.approx(6.0, abs=0.3)
+    assert rings.explained > 0.9
+
+
+def test_ramp_colours_are_solved_in_any_order():
+    from bakery.stages.procedural import ramps
+    v = np.linspace(-0.2, 1.2, 4096).reshape(64, 64)
+    colours = np.array([[0.9, 0.2, 0.1], [0.1, 0.1, 0.8], [0.7, 0.9, 0.3]])
+    positions = np.array([0.1, 0.6, 0.9])
+    target = (ramps.weights(v.reshape(-1), positions) @ colours).reshape(64, 64, 3)
+    found_pos, found_col, mse = ramps.project(v, target, np.array([0.0, 0.5, 1.0]))
+    assert mse < 1e-7
+    assert np.allclose(found_col, colours, atol=0.01) and np.allclose(found_pos, positions, atol=2e-3)
+
+
+@pytest.mark.slow
+def test_a_noise_target_is_recovered(device, tmp_path):
+    """Thresholded value noise (spots) comes back with its lattice where it was drawn."""
+    obj = ramp({"op": "threshold", "params": {"level": [0.55]}, "inputs": [
+        {"op": "value_noise", "params": {"frequency": [8], "offset": [2, 3]}}]}, [0.8, 0.6, 0.3, 0.2, 0.1, 0.05])
+    target = render_shader(device, program(obj), 64, 64)
+    r = run_stage(write_png(tmp_path / "spots.png", target), tmp_path / "out", *SMALL, "baseline_steps=50")
+    assert r.exit_code == 0, r.output
+    m = json.loads((tmp_path / "out" / "manifest.json").read_text())["metrics"]
+    assert float(m["psnr_db"]) >= 35.0 and m["complexity"] <= 3 + 2, m
+
+
 def test_seams_decide_whether_a_target_tiles():
     from bakery.stages.procedural.search import tiling
     v, u = np.mgrid[0:64, 0:64] / 64.0

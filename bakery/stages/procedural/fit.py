@@ -183,13 +183,21 @@ def screen_jobs(device, target: np.ndarray, structures: Sequence[Node], jobs: Se
     return np.nan_to_num(luma @ t / denom, nan=0.0)
 
 
+def render_jobs(device, structures: Sequence[Node], jobs: Sequence[tuple[int, np.ndarray]], width: int,
+                height: int, *, tile: bool = False) -> np.ndarray:
+    """Renders every job (structure index, parameters) at any size, in one dispatch
+    through the fitting kernels: [jobs, height, width, 3]."""
+    blank = np.zeros((height, width, 3), np.float32)
+    cfg = FitConfig(steps=0, batch=width * height, texture_weight=0.0, tile=tile)
+    objective = BatchObjective(device, blank, structures, jobs, cfg)
+    trainer = Trainer(device, None, objective, TrainConfig(steps=0, batch=objective.threads()))
+    n = width * height
+    trainer.run_kernel("render", len(jobs) * n, objective.uniforms(0))
+    return objective._render.to_numpy().view(np.float32)[: len(jobs) * n * 3].reshape(
+        len(jobs), height, width, 3).copy()
+
+
 def render_program(device, program: Node, width: int, height: int, *, tile: bool = False) -> np.ndarray:
     """Renders a fitted program at any size through the fitting kernels (one job)."""
     from bakery.stages.procedural.dsl import flatten
-    blank = np.zeros((height, width, 3), np.float32)
-    cfg = FitConfig(steps=0, batch=width * height, texture_weight=0.0, tile=tile)
-    objective = BatchObjective(device, blank, [program.structure()], [(0, flatten(program))], cfg)
-    trainer = Trainer(device, None, objective, TrainConfig(steps=0, batch=objective.threads()))
-    n = width * height
-    trainer.run_kernel("render", n, objective.uniforms(0))
-    return objective._render.to_numpy().view(np.float32)[: n * 3].reshape(height, width, 3).copy()
+    return render_jobs(device, [program.structure()], [(0, flatten(program))], width, height, tile=tile)[0]

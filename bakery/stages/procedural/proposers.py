@@ -30,6 +30,10 @@ WRAPS = ("warp_sine", "warp_triangle", "warp", "polar")
 CELLS = {"bricks": ("brick_cells", ("count", "offset")), "worley": ("worley_cells", ("frequency", "jitter", "offset"))}
 
 
+#: Edits that share one turn of the proposer's round-robin.
+COMBINE = {"add": "combine", "multiply": "combine"}
+
+
 def leaf(op: str) -> Node:
     return Node(op, (), tuple((k, v[0]) for k, v in OPS[op].attrs.items()), ())
 
@@ -119,12 +123,15 @@ class BuiltinProposer:
             labelled = labelled_mutations(parent)
             kids = [k for _, k in labelled]
             tie = rng.permutation(len(kids))
-            simplest = sorted(range(len(kids)), key=lambda i: (complexity(kids[i]), instructions(kids[i]), tie[i]))
+            # A sum (layers) before a product of the same cost.
+            simplest = sorted(range(len(kids)), key=lambda i: (complexity(kids[i]), instructions(kids[i]),
+                                                               labelled[i][0] == "multiply", tie[i]))
             # Round-robin over the kinds of edit, each round simplest first: a small share
-            # then holds a wrap and a combination, not only the cheapest kind.
+            # then holds a wrap and a combination, not only the cheapest kind. Sums and
+            # products take turns as one kind (combinations).
             rank, seen_kinds = {}, {}
             for i in simplest:
-                kind = labelled[i][0]
+                kind = COMBINE.get(labelled[i][0], labelled[i][0])
                 rank[i] = seen_kinds[kind] = seen_kinds.get(kind, -1) + 1
             order = sorted(simplest, key=lambda i: (rank[i], complexity(kids[i]), instructions(kids[i]), tie[i]))
             share = 0

@@ -17,19 +17,40 @@ from typing import Sequence
 import numpy as np
 
 from bakery.baselines.resample import downsample_area
-from bakery.stages.procedural import texture_stats
+from bakery.stages.procedural import locate, ramps, texture_stats
 from bakery.stages.procedural.dsl import (COLOUR_STEP, INTEGER, RATIONAL, Node, complexity, flatten, instructions,
-                                          param_scales, param_snaps, periodic, with_params)
-from bakery.stages.procedural.fit import FitConfig, fit_jobs, screen_jobs
+                                          param_count, param_scales, param_snaps, periodic, with_params)
+from bakery.stages.procedural.fit import FitConfig, JobResult, fit_jobs, render_jobs, screen_jobs
 
 
 SCREEN_SIZE = 64
 #: Starting points screened per structure at least (a wave warp's phase grid needs 16).
 SCREEN_DRAWS = 16
 #: The snapping phase judges snaps on the target at this size (at most).
-SNAP_SIZE = 128
+SNAP_SIZE = 256
+#: A ramp is solved before its structure's fit when that explains this share of the
+#: target's variance (search.Search._project).
+PROJECT_BEFORE_FIT = 0.5
+#: Strongest frequencies of the target tried as the carrier of noise-warped stripes.
+WARP_CARRIERS = 2
+#: Each phase scanned after a fit, its ramp solved at every value (Search._better_ramps):
+#: (values either side, step) per round, each round around the best of the one before.
+PHASE_SCAN = ((8, 1 / 16), (8, 1 / 128), (8, 1 / 1024))
+#: The polish's pattern-search steps (in units of each slot's ParamSpec.scale), and the
+#: moves tried at each before the next, finer one.
+POLISH_STEPS = (0.1, 0.03, 0.01, 0.003)
+POLISH_ROUNDS = 4
+#: A snap may raise the loss by this much: the MSE of rounding to 8 bits, (1/255)^2 / 12.
+SNAP_FLOOR = 1.0 / (12 * 255 ** 2)
 #: Denominators a person writes, simplest first: a snap takes the first that keeps the loss.
 DENOMINATORS = {RATIONAL: (1, 2, 4, 5, 8, 10, 20, 100, 1000), COLOUR_STEP: (1, 2, 4, 5, 10, 20, 100, 255)}
+
+
+def _keeps(new: float, old: float) -> bool:
+    """Whether a snap keeps the loss: no rise beyond what 8-bit quantisation of the
+    render adds anyway (SNAP_FLOOR), so a value a person would write wins over digits
+    that only fit noise."""
+    return new <= old + max(1e-6 * old, SNAP_FLOOR)
 
 
 def _simplest(value: float, denominators: Sequence[int], tolerance: float) -> float:
@@ -249,6 +270,18 @@ def _orient_ramp(structure: Node, values: np.ndarray, corr: float) -> np.ndarray
     return out
 
 
+def _phase_slots(structure: Node) -> list[int]:
+    """Layout indices of the phases (of stripes and wave warps: a period of 1)."""
+    out, i = [], 0
+    for n in structure.walk():
+        for p in n.spec.params:
+            k = p.count(n.attr)
+            if p.name == "phase":
+                out += list(range(i, i + k))
+            i += k
+    return out
+
+
 def pareto_front(candidates: Sequence[Candidate]) -> list[Candidate]:
     """The candidates no other beats on both loss and node count, by node count."""
     best: dict[int, Candidate] = {}
@@ -312,7 +345,20 @@ class Search:
             keep = [s * draws + r for s in range(len(programs))
                     for r in [0] + sorted(range(1, draws), key=lambda r: (distance[s, r], r))[: restarts - 1]]
             jobs = [(jobs[i][0], _orient_ramp(structures[jobs[i][0]], jobs[i][1], corr[i])) for i in keep]
-        results = fit_jobs(self.device, target, stats, structures, jobs, fit)
+        # Where the field of a structure's first start already explains most of the target,
+        # the same start with its ramp solved is fitted as well (an extra job: solved
+        # colours can also hold a misplaced edge in place, fading towards the mean where it
+        # is wrong); after the fit every ramp is solved where that helps.
+        first = {}
+        for s, values in jobs:
+            first.setdefault(s, values)
+        starts = [(s, v) for s, v in first.items()]
+        # (Colours only: stop positions searched at the fit size can squeeze a ramp into an
+        # anti-aliased edge, sharper there and blurred at full size.)
+        solved, _ = self._project(target, structures, starts, min_explained=PROJECT_BEFORE_FIT, search=False)
+        jobs = list(jobs) + [j for j, (_, v) in zip(solved, starts) if not np.array_equal(j[1], v)]
+        results = self._better_ramps(target, stats, structures, fit_jobs(self.device, target, stats, structures,
+                                                                        jobs, fit), fit)
         best: dict[int, Candidate] = {}
         for r in results:
             program, origin = programs[r.structure]
@@ -325,6 +371,104 @@ class Search:
                 best[r.structure] = c
         return [best[i] for i in sorted(best)]
 
+    def _project(self, target: np.ndarray, structures: Sequence[Node], jobs: Sequence[tuple[int, np.ndarray]],
+                 min_explained: float = -np.inf, search: bool = True) -> tuple[list[tuple[int, np.ndarray]], list[float]]:
+        """Jobs with their root ramp solved for the field their parameters draw (ramps.py):
+        the fields of all of them rendered in one dispatch, then positions and colours
+        replaced where the solved ramp explains at least ``min_explained`` of the target's
+        variance; with each job's pixel MSE after the solve (inf where not solved). Jobs
+        without a root ramp, or whose field is not finite, are unchanged."""
+        out, mses = list(jobs), [float("inf")] * len(jobs)
+        todo = [i for i, (s, _) in enumerate(jobs) if ramps.projectable(structures[s])]
+        if not todo:
+            return out, mses
+        # One reader per structure of the batch, whichever jobs ask: every call for this
+        # batch then shares one compiled module.
+        readers, index = [], {}
+        for s, structure in enumerate(structures):
+            if ramps.projectable(structure):
+                reader, _ = ramps.field_reader(structure, np.zeros(param_count(structure)))
+                k = reader.key()
+                if k not in index:
+                    index[k] = len(readers)
+                    readers.append(reader)
+        field_jobs = []
+        for i in todo:
+            s, values = jobs[i]
+            reader, reader_values = ramps.field_reader(structures[s], values)
+            field_jobs.append((index[reader.key()], reader_values))
+        h, w = target.shape[:2]
+        renders = render_jobs(self.device, readers, field_jobs, w, h, tile=self.config.fit.tile)
+        variance = max(1e-12, float(np.mean((target - target.reshape(-1, 3).mean(axis=0)) ** 2)))
+        for i, render in zip(todo, renders):
+            s, values = jobs[i]
+            if not np.isfinite(render).all():
+                continue
+            n = int(structures[s].attr["stops"])
+            positions, colours, mse = ramps.project(ramps.field_values(render), target, np.asarray(values[:n]),
+                                                    search)
+            if 1.0 - mse / variance >= min_explained:
+                out[i] = (s, ramps.with_ramp(structures[s], values, positions, colours))
+                mses[i] = mse
+        return out, mses
+
+    def _better_ramps(self, target: np.ndarray, stats: np.ndarray, structures: Sequence[Node],
+                      results: Sequence[JobResult], fit: FitConfig) -> list[JobResult]:
+        """Each fitted job, or the same with its root ramp solved (_project) where that
+        lowers the image loss (pixel and texture terms: the solve sees only pixels). A
+        phase decides where a sawtooth's jump or a wave's crest falls, which a fit cannot
+        carry across the period (nor, at a point-sampled jump, move at all): each phase is
+        also scanned, coarse to fine (PHASE_SCAN), each value with its ramp solved."""
+        best = [(r.structure, np.array(r.params, np.float64)) for r in results]
+        best, mses = self._project(target, structures, best)
+        moved: set[int] = set()
+        for count, step in PHASE_SCAN:
+            trials, owner = [], []
+            for i, (s, values) in enumerate(best):
+                if not np.isfinite(mses[i]):
+                    continue
+                for slot in _phase_slots(structures[s]):
+                    for j in range(-count, count + 1):
+                        if j:
+                            v = values.copy()
+                            v[slot] = (v[slot] + j * step) % 1.0
+                            trials.append((s, v))
+                            owner.append(i)
+            if not trials:
+                break
+            # The first (coarse) round searches each trial's stop positions too (a phase moves
+            # what a stop's position means); later rounds keep them (colours solved) and the
+            # winners' are searched after.
+            projected, trial_mses = self._project(target, structures, trials, search=step == PHASE_SCAN[0][1])
+            for t, i in enumerate(owner):
+                if trial_mses[t] < mses[i]:
+                    best[i], mses[i] = projected[t], trial_mses[t]
+                    moved.add(i)
+        if moved:
+            order = sorted(moved)
+            again, _ = self._project(target, structures, [best[i] for i in order])
+            for i, job in zip(order, again):
+                best[i] = job
+        changed = [i for i, r in enumerate(results) if not np.array_equal(r.params, best[i][1])]
+        if not changed:
+            return list(results)
+        # Judged at the detail size, fitted and solved side by side: at a small fit size a
+        # solve can squeeze a ramp into an anti-aliased edge to sharpen it, which only
+        # blurs the edge at full size.
+        judge = FitConfig(**{**fit.__dict__, "steps": 0})
+        both = fit_jobs(self.device, self.detail, self.detail_stats, structures,
+                        [best[i] for i in changed] + [(results[i].structure, results[i].params) for i in changed],
+                        judge)
+        out = list(results)
+        loss = [j.pixel_mse + fit.texture_weight * j.texture_loss for j in both]
+        for n, i in enumerate(changed):
+            if loss[n] < loss[len(changed) + n]:
+                if target is self.detail:
+                    out[i] = both[n]
+                else:
+                    (out[i],) = fit_jobs(self.device, target, stats, structures, [best[i]], judge)
+        return out
+
     def beam(self) -> list[Candidate]:
         ranked = sorted(self.evaluated.values(), key=lambda c: (c.score, c.nodes, c.program.key()))
         return ranked[: self.config.beam]
@@ -334,7 +478,12 @@ class Search:
         h, w = self.target.shape[:2]
         for gen in range(cfg.generations):
             if gen == 0:
-                proposals = [(p, "builtin") for p in self.builtin.initial()]
+                # Every primitive, those the target's own structure locates (noise where
+                # the correlation puts it, rings about its centre) with their parameters.
+                located = {p.key(): p for p in locate.proposals(self.detail, tile=cfg.tile,
+                                                                  carriers=self.hints.peaks[:WARP_CARRIERS])}
+                initial = [located.pop(p.key(), p) for p in self.builtin.initial()]
+                proposals = [(p, "builtin") for p in initial] + [(p, "located") for p in located.values()]
             else:
                 proposals = [(p, "builtin") for p in
                              self.builtin.propose([c.program for c in self.beam()], self.rng, cfg.population,
@@ -352,7 +501,7 @@ class Search:
                 fresh.append((p, origin))
             # Generation 0 tries every primitive; the command's programs always get fitted.
             external = sum(1 for _, origin in fresh if origin == "cmd")
-            fresh = fresh[: external + (len(self.builtin.initial()) if gen == 0 else cfg.population)]
+            fresh = fresh[: external + (len(proposals) if gen == 0 else cfg.population)]
             if not fresh:
                 break
             for c in self._fit(fresh, gen, cfg.fit):
@@ -363,7 +512,8 @@ class Search:
                               top.program.structure().key(), top.nodes, top.loss)
             if self.progress is not None:
                 self.progress(gen + 1, total=cfg.generations, best_loss=float(top.loss))
-        best = self.beam()[0]
+        ranked = sorted(self.evaluated.values(), key=lambda c: (c.score, c.nodes, c.program.key()))
+        best = self._at_detail(ranked[: 2 * cfg.beam])
         if cfg.refine_steps > 0:
             fit = FitConfig(**{**cfg.fit.__dict__, "steps": cfg.refine_steps, "lr": cfg.fit.lr * 0.25})
             saved, self.config = self.config, SearchConfig(**{**cfg.__dict__, "restarts": 1})
@@ -375,11 +525,74 @@ class Search:
                             [(0, flatten(best.program))], fit0)
             if refined.loss <= r.pixel_mse + fit.texture_weight * r.texture_loss:
                 self.evaluated[best.program.key()] = best = refined
+        polished = self.polish(best)
+        if polished is not best:
+            self.evaluated[best.program.key()] = best = polished
         if cfg.snap or cfg.tile:
             snapped = self.snap(best)
             if snapped is not best:
                 self.evaluated[best.program.key()] = best = snapped
         return best
+
+    def _at_detail(self, beam: Sequence[Candidate]) -> Candidate:
+        """The best of the leading candidates (twice the beam) by their score at the detail
+        size: a small fit size can rank a program first whose texture statistics do not
+        hold at full size."""
+        if len(beam) < 2 or self.detail.shape == self.target.shape:
+            return beam[0]
+        structures = [c.program.structure() for c in beam]
+        results = fit_jobs(self.device, self.detail, self.detail_stats, structures,
+                           [(i, flatten(c.program)) for i, c in enumerate(beam)],
+                           FitConfig(**{**self.config.fit.__dict__, "steps": 0}))
+        w = self.config.fit.texture_weight
+        scores = [r.pixel_mse + w * r.texture_loss + self.config.complexity_weight * c.nodes
+                  for r, c in zip(results, beam)]
+        return beam[int(np.argmin(scores))]
+
+    # -- polishing -----------------------------------------------------------------------
+    def polish(self, best: Candidate) -> Candidate:
+        """A pattern search over the winner's field parameters at the detail size, its root
+        ramp solved at every trial (ramps.py): a mortar's width or an edge's offset finer
+        than the fit size resolves, which a short Adam refinement leaves where the ramp
+        made up for it. Whole-number slots are left to the snap. Kept only if the image
+        loss (pixel and texture terms) falls."""
+        structure = best.program.structure()
+        if not ramps.projectable(structure):
+            return best
+        values = flatten(best.program)
+        n = int(structure.attr["stops"])
+        kinds, scales = param_snaps(structure), param_scales(structure)
+        slots = [i for i in range(4 * n, len(values)) if kinds[i] != INTEGER]
+        if not slots:
+            return best
+        (start,) = self._judge(structure, [values])
+        (current,), (mse,) = self._project(self.detail, [structure], [(0, values)])
+        for step in POLISH_STEPS:
+            for _ in range(POLISH_ROUNDS):
+                trials = []
+                for i in slots:
+                    for sign in (-1.0, 1.0):
+                        v = current[1].copy()
+                        v[i] += sign * step * scales[i]
+                        trials.append((0, v))
+                projected, mses = self._project(self.detail, [structure], trials, search=False)
+                k = int(np.argmin(mses))
+                if not mses[k] < mse * (1 - 1e-9):
+                    break
+                current, mse = projected[k], mses[k]
+        (current,), _ = self._project(self.detail, [structure], [current])
+        (loss,) = self._judge(structure, [current[1]])
+        if self.log is not None:
+            self.log.info("polished %d field parameters: loss %.3g -> %.3g (at %dx%d)", len(slots), start, loss,
+                          self.detail.shape[1], self.detail.shape[0])
+        if not loss < start:
+            return best
+        (r,) = fit_jobs(self.device, self.detail, self.detail_stats, [structure], [current],
+                        FitConfig(**{**self.config.fit.__dict__, "steps": 0}))
+        image_loss = r.pixel_mse + self.config.fit.texture_weight * r.texture_loss
+        return Candidate(with_params(structure, r.params), r.pixel_mse, r.texture_loss, image_loss,
+                         image_loss + self.config.complexity_weight * best.nodes, best.nodes, best.instructions,
+                         best.generation, best.origin, r.render)
 
     # -- snapping ------------------------------------------------------------------------
     def _judge(self, structure: Node, values: Sequence[np.ndarray]) -> list[float]:
@@ -428,9 +641,12 @@ class Search:
                                    "blur": 1.5, "seed": (self.seed * 1000003 + 7919) & 0xFFFFFFFF})
                 (r,) = fit_jobs(self.device, self.detail, self.detail_stats, [structure], [(0, whole)], fit,
                                 frozen=[ints])
-                (refit,) = self._judge(structure, [r.params])
-                if self.config.tile or refit <= loss:
-                    values, loss = r.params, refit
+                # The whole values as they are, or with the rest re-fitted around them
+                # (a re-fit can also lose: no gradient moves a point-sampled jump).
+                rounded, refit = self._judge(structure, [whole, r.params])
+                pick, lowest = (whole, rounded) if rounded <= refit else (r.params, refit)
+                if self.config.tile or _keeps(lowest, loss):
+                    values, loss = pick, lowest
                     taken["integer"] = int(ints.sum())
         frozen = ints.copy() if taken["integer"] else np.zeros_like(ints)
         # Offsets, phases, levels and ramp positions together at their simplest nearby
@@ -448,7 +664,7 @@ class Search:
                 (r,) = fit_jobs(self.device, self.detail, self.detail_stats, [structure], [(0, joint)], fit,
                                 frozen=[frozen | fractions])
                 (refit,) = self._judge(structure, [r.params])
-                if refit <= loss * (1 + 1e-6) + 1e-12:
+                if _keeps(refit, loss):
                     values, loss = r.params, refit
                     frozen = frozen | fractions
                     taken["rational"] = int(fractions.sum())
@@ -473,14 +689,14 @@ class Search:
             losses = self._judge(structure, trials)
             picks: dict[int, float] = {}
             for (i, c), l in zip(where, losses):
-                if i not in picks and l <= loss * (1 + 1e-6) + 1e-12:
+                if i not in picks and _keeps(l, loss):
                     picks[i] = c  # the simplest candidate that keeps the loss
             if picks:
                 joint = values.copy()
                 for i, c in picks.items():
                     joint[i] = c
                 (l,) = self._judge(structure, [joint])
-                if l <= loss * (1 + 1e-6) + 1e-12:
+                if _keeps(l, loss):
                     values, loss = joint, l
                     taken["rational"] += len(picks)
                 else:  # interacting snaps: take them one by one
@@ -488,7 +704,7 @@ class Search:
                         t = values.copy()
                         t[i] = c
                         (l,) = self._judge(structure, [t])
-                        if l <= loss * (1 + 1e-6) + 1e-12:
+                        if _keeps(l, loss):
                             values, loss = t, l
                             taken["rational"] += 1
         self.snaps = {"integer_slots": taken["integer"], "fraction_slots": taken["rational"],

@@ -61,7 +61,7 @@ BUDGET = ("generations", "population", "beam", "restarts", "steps", "batch", "fi
 @register
 class Procedural(Stage):
     type_name = "procedural"
-    version = "3"
+    version = "4"
     description = "find a compact procedural shader program that draws the texture"
     input_roles = ("image",)
     presets = PRESETS
