@@ -248,3 +248,14 @@ def test_a_texture_encoded_beforehand_is_written_as_write_texture_would(tmp_path
     a, b = direct.finalize(dict(FIELDS)), later.finalize(dict(FIELDS))
     assert (tmp_path / "a" / "albedo.ktx2").read_bytes() == (tmp_path / "b" / "albedo.ktx2").read_bytes()
     assert a["textures"] == b["textures"] and a["files"] == b["files"]
+
+
+def test_levels_compressed_on_two_threads_give_the_serial_bytes(monkeypatch):
+    import bakery.formats.ktx2 as ktx2
+
+    tex = make_texture("rgba8_unorm", [smooth(64, 64), smooth(32, 32), smooth(16, 16)])
+    monkeypatch.setattr(ktx2, "ZSTD_PARALLEL_FROM", 1 << 40)
+    serial = write_ktx2(tex, supercompression="zstd")
+    monkeypatch.setattr(ktx2, "ZSTD_PARALLEL_FROM", 0)
+    assert write_ktx2(tex, supercompression="zstd") == serial
+    assert read_ktx2(serial).levels == tex.levels

@@ -97,11 +97,28 @@ def _level_alignment(fmt: PixelFormat, scheme: int = SUPERCOMPRESSION_NONE) -> i
     return math.lcm(fmt.block_bytes, 4) if scheme == SUPERCOMPRESSION_NONE else 1
 
 
+#: Raw bytes from which a texture's levels compress on two threads: level 0 on one, the
+#: others (a third of its size together) on the other. Each level is its own frame, so the
+#: bytes do not change; zstd at level 19 takes seconds for 2K latents.
+ZSTD_PARALLEL_FROM = 1 << 20
+
+
 def _zstd_compress(raw: list[bytes]) -> list[bytes]:
     import zstandard
-    cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True, write_content_size=True,
-                                    write_dict_id=False, threads=0)
-    return [cctx.compress(r) for r in raw]
+
+    def compress(levels: list[bytes]) -> list[bytes]:
+        cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True, write_content_size=True,
+                                        write_dict_id=False, threads=0)   # one per thread: not thread-safe
+        return [cctx.compress(r) for r in levels]
+
+    if len(raw) < 2 or sum(map(len, raw)) < ZSTD_PARALLEL_FROM:
+        return compress(raw)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:   # python-zstandard releases the GIL
+        rest = pool.submit(compress, raw[1:])
+        first = compress(raw[:1])
+        return first + rest.result()
 
 
 def write_ktx2(tex: Texture, *, supercompression: str = "none") -> bytes:
