@@ -30,11 +30,13 @@ TASKS = {
     "ntc": {"quality": "preview", "steps": 12, "bpp": 12, "batch": 512, "hidden": 8, "layers": 1,
             "baseline": True, "weighting": "margin"},
     "mipmap": {"quality": "preview", "steps": 10, "pairs": 2, "eval_pairs": 4},
+    "neural_material": {"quality": "preview", "steps": 10, "batch": 256, "hidden": 16, "encoder_hidden": 16,
+                        "eval_directions": 3},
 }
 
 
 #: A file each task writes from work done beside training.
-SHIPS = {"ntc": "baseline_albedo.png", "mipmap": "albedo.dds"}
+SHIPS = {"ntc": "baseline_albedo.png", "mipmap": "albedo.dds", "neural_material": "latents.ktx2"}
 
 
 class _Lines(logging.Handler):
@@ -90,7 +92,7 @@ def test_side_work_gives_the_serial_bytes_and_phases_add_up(stage_type, tmp_path
         assert on.get(phase, 0) > 0, (phase, rec)
     assert on["other"] < 0.25 * rec["wall_s"], rec   # the stage marks nearly all of its time
     assert on["training"] < rec["wall_s"]
-    side = "baselines" if stage_type == "ntc" else "encoding"   # the BCn comparison; level 0's blocks
+    side = "baselines" if stage_type == "ntc" else "encoding"   # the BCn comparison; level 0's blocks, the KTX2
     assert side in rec["overlapped"], rec
 
 
