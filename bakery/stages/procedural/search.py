@@ -40,6 +40,11 @@ PHASE_SCAN = ((8, 1 / 16), (8, 1 / 128), (8, 1 / 1024))
 #: moves tried at each before the next, finer one.
 POLISH_STEPS = (0.1, 0.03, 0.01, 0.003)
 POLISH_ROUNDS = 4
+#: Below this PSNR at the detail size the winner is a stochastic material's likeness, not
+#: its copy: the refinement is restarted with the texture term weighted up by each of
+#: STOCHASTIC_TEXTURE_WEIGHTS (Search.refine), the image loss choosing.
+STOCHASTIC_DB = 30.0
+STOCHASTIC_TEXTURE_WEIGHTS = (2.0, 4.0)
 #: A snap may raise the loss by this much: the MSE of rounding to 8 bits, (1/255)^2 / 12.
 SNAP_FLOOR = 1.0 / (12 * 255 ** 2)
 #: Denominators a person writes, simplest first: a snap takes the first that keeps the loss.
@@ -515,15 +520,8 @@ class Search:
         ranked = sorted(self.evaluated.values(), key=lambda c: (c.score, c.nodes, c.program.key()))
         best = self._at_detail(ranked[: 2 * cfg.beam])
         if cfg.refine_steps > 0:
-            fit = FitConfig(**{**cfg.fit.__dict__, "steps": cfg.refine_steps, "lr": cfg.fit.lr * 0.25})
-            saved, self.config = self.config, SearchConfig(**{**cfg.__dict__, "restarts": 1})
-            refined = self._fit([(best.program, best.origin)], cfg.generations, fit, detail=True)[0]
-            self.config = saved
-            # Scores at the detail size: the winner's own, for a fair comparison.
-            fit0 = FitConfig(**{**fit.__dict__, "steps": 0})
-            (r,) = fit_jobs(self.device, self.detail, self.detail_stats, [best.program.structure()],
-                            [(0, flatten(best.program))], fit0)
-            if refined.loss <= r.pixel_mse + fit.texture_weight * r.texture_loss:
+            refined = self.refine(best)
+            if refined is not best:
                 self.evaluated[best.program.key()] = best = refined
         polished = self.polish(best)
         if polished is not best:
@@ -533,6 +531,41 @@ class Search:
             if snapped is not best:
                 self.evaluated[best.program.key()] = best = snapped
         return best
+
+    def refine(self, best: Candidate) -> Candidate:
+        """A longer fit of the winner at the detail size, kept if its image loss is no
+        higher than the winner's own there. Where the winner is far from drawing the target
+        pixel for pixel (below STOCHASTIC_DB: a photographed material whose noise no program
+        matches in phase), pixel and texture terms pull apart and the loss is flat between
+        them, so one descent lands wherever its start points: the fit is restarted with the
+        texture term weighted up (STOCHASTIC_TEXTURE_WEIGHTS), each judged by the same
+        image loss, the lowest kept."""
+        cfg = self.config
+        fit = FitConfig(**{**cfg.fit.__dict__, "steps": cfg.refine_steps, "lr": cfg.fit.lr * 0.25})
+        # Scores at the detail size: the winner's own, for a fair comparison.
+        (r,) = fit_jobs(self.device, self.detail, self.detail_stats, [best.program.structure()],
+                        [(0, flatten(best.program))], FitConfig(**{**fit.__dict__, "steps": 0}))
+        own = r.pixel_mse + fit.texture_weight * r.texture_loss
+        weights = (1.0,)
+        if fit.texture_weight > 0.0 and -10.0 * np.log10(max(r.pixel_mse, 1e-12)) < STOCHASTIC_DB:
+            weights += STOCHASTIC_TEXTURE_WEIGHTS
+        self.config = SearchConfig(**{**cfg.__dict__, "restarts": 1})
+        try:
+            fits = []
+            for k in weights:
+                refit = FitConfig(**{**fit.__dict__, "texture_weight": fit.texture_weight * k})
+                (c,) = self._fit([(best.program, best.origin)], cfg.generations, refit, detail=True)
+                if k != 1.0:  # its loss as the search counts it
+                    c.loss = c.pixel_mse + fit.texture_weight * c.texture_loss
+                    c.score = c.loss + cfg.complexity_weight * c.nodes
+                fits.append(c)
+        finally:
+            self.config = cfg
+        refined = min(fits, key=lambda c: c.loss)  # the first of equals: the plain fit
+        if self.log is not None and len(fits) > 1:
+            self.log.info("refined with texture weights x%s: loss %s (winner's own %.4g)",
+                          "/".join(f"{k:g}" for k in weights), " ".join(f"{c.loss:.4g}" for c in fits), own)
+        return refined if refined.loss <= own else best
 
     def _at_detail(self, beam: Sequence[Candidate]) -> Candidate:
         """The best of the leading candidates (twice the beam) by their score at the detail
