@@ -42,7 +42,8 @@ POLISH_STEPS = (0.1, 0.03, 0.01, 0.003)
 POLISH_ROUNDS = 4
 #: Below this PSNR at the detail size the winner is a stochastic material's likeness, not
 #: its copy: the refinement is restarted with the texture term weighted up by each of
-#: STOCHASTIC_TEXTURE_WEIGHTS (Search.refine), the image loss choosing.
+#: STOCHASTIC_TEXTURE_WEIGHTS (Search.refine), and the runner-up at the detail size is
+#: refined too, the image loss choosing.
 STOCHASTIC_DB = 30.0
 STOCHASTIC_TEXTURE_WEIGHTS = (2.0, 4.0)
 #: A snap may raise the loss by this much: the MSE of rounding to 8 bits, (1/255)^2 / 12.
@@ -518,11 +519,18 @@ class Search:
             if self.progress is not None:
                 self.progress(gen + 1, total=cfg.generations, best_loss=float(top.loss))
         ranked = sorted(self.evaluated.values(), key=lambda c: (c.score, c.nodes, c.program.key()))
-        best = self._at_detail(ranked[: 2 * cfg.beam])
+        leading = self._at_detail(ranked[: 2 * cfg.beam])
+        best = leading[0]
         if cfg.refine_steps > 0:
-            refined = self.refine(best)
+            refined, loss, far = self.refine(best)
             if refined is not best:
                 self.evaluated[best.program.key()] = best = refined
+            # Far from a copy, the runner-up's own refinement can land lower: both refined,
+            # the lower image loss at the detail size kept.
+            if len(leading) > 1 and far:
+                other, other_loss, _ = self.refine(leading[1])
+                if other_loss < loss:
+                    self.evaluated[other.program.key()] = best = other
         polished = self.polish(best)
         if polished is not best:
             self.evaluated[best.program.key()] = best = polished
@@ -532,23 +540,23 @@ class Search:
                 self.evaluated[best.program.key()] = best = snapped
         return best
 
-    def refine(self, best: Candidate) -> Candidate:
+    def refine(self, best: Candidate) -> tuple[Candidate, float, bool]:
         """A longer fit of the winner at the detail size, kept if its image loss is no
         higher than the winner's own there. Where the winner is far from drawing the target
         pixel for pixel (below STOCHASTIC_DB: a photographed material whose noise no program
         matches in phase), pixel and texture terms pull apart and the loss is flat between
         them, so one descent lands wherever its start points: the fit is restarted with the
         texture term weighted up (STOCHASTIC_TEXTURE_WEIGHTS), each judged by the same
-        image loss, the lowest kept."""
+        image loss, the lowest kept. Returns the candidate, its image loss at the detail
+        size, and whether the winner was that far."""
         cfg = self.config
         fit = FitConfig(**{**cfg.fit.__dict__, "steps": cfg.refine_steps, "lr": cfg.fit.lr * 0.25})
         # Scores at the detail size: the winner's own, for a fair comparison.
         (r,) = fit_jobs(self.device, self.detail, self.detail_stats, [best.program.structure()],
                         [(0, flatten(best.program))], FitConfig(**{**fit.__dict__, "steps": 0}))
         own = r.pixel_mse + fit.texture_weight * r.texture_loss
-        weights = (1.0,)
-        if fit.texture_weight > 0.0 and -10.0 * np.log10(max(r.pixel_mse, 1e-12)) < STOCHASTIC_DB:
-            weights += STOCHASTIC_TEXTURE_WEIGHTS
+        far = -10.0 * np.log10(max(r.pixel_mse, 1e-12)) < STOCHASTIC_DB
+        weights = (1.0,) + (STOCHASTIC_TEXTURE_WEIGHTS if far and fit.texture_weight > 0.0 else ())
         self.config = SearchConfig(**{**cfg.__dict__, "restarts": 1})
         try:
             fits = []
@@ -565,14 +573,14 @@ class Search:
         if self.log is not None and len(fits) > 1:
             self.log.info("refined with texture weights x%s: loss %s (winner's own %.4g)",
                           "/".join(f"{k:g}" for k in weights), " ".join(f"{c.loss:.4g}" for c in fits), own)
-        return refined if refined.loss <= own else best
+        return (refined, refined.loss, far) if refined.loss <= own else (best, own, far)
 
-    def _at_detail(self, beam: Sequence[Candidate]) -> Candidate:
-        """The best of the leading candidates (twice the beam) by their score at the detail
+    def _at_detail(self, beam: Sequence[Candidate]) -> list[Candidate]:
+        """The leading candidates (twice the beam) ranked by their score at the detail
         size: a small fit size can rank a program first whose texture statistics do not
         hold at full size."""
         if len(beam) < 2 or self.detail.shape == self.target.shape:
-            return beam[0]
+            return list(beam)
         structures = [c.program.structure() for c in beam]
         results = fit_jobs(self.device, self.detail, self.detail_stats, structures,
                            [(i, flatten(c.program)) for i, c in enumerate(beam)],
@@ -580,7 +588,7 @@ class Search:
         w = self.config.fit.texture_weight
         scores = [r.pixel_mse + w * r.texture_loss + self.config.complexity_weight * c.nodes
                   for r, c in zip(results, beam)]
-        return beam[int(np.argmin(scores))]
+        return [beam[i] for i in np.argsort(scores, kind="stable")]
 
     # -- polishing -----------------------------------------------------------------------
     def polish(self, best: Candidate) -> Candidate:
