@@ -46,6 +46,11 @@ POLISH_ROUNDS = 4
 #: refined too, the image loss choosing.
 STOCHASTIC_DB = 30.0
 STOCHASTIC_TEXTURE_WEIGHTS = (2.0, 4.0)
+#: There, image losses within this share of each other are a tie, broken by the texture
+#: loss (Search.contrast): the search's own spread between seeds is several times larger.
+STOCHASTIC_TIE = 0.01
+#: Spreads of the root ramp's colours about their mean tried there (Search.contrast).
+CONTRAST_SCALES = (1.05, 1.1, 1.15, 1.2, 1.25, 1.3, 1.4, 1.5)
 #: A snap may raise the loss by this much: the MSE of rounding to 8 bits, (1/255)^2 / 12.
 SNAP_FLOOR = 1.0 / (12 * 255 ** 2)
 #: Denominators a person writes, simplest first: a snap takes the first that keeps the loss.
@@ -538,7 +543,53 @@ class Search:
             snapped = self.snap(best)
             if snapped is not best:
                 self.evaluated[best.program.key()] = best = snapped
+        contrasted = self.contrast(best)
+        if contrasted is not best:
+            self.evaluated[best.program.key()] = best = contrasted
         return best
+
+    def contrast(self, best: Candidate) -> Candidate:
+        """Where the winner is far from a copy (below STOCHASTIC_DB at the detail size), its
+        root ramp's colours spread about the render's mean colour (CONTRAST_SCALES), the
+        spread with the lowest texture loss kept among those whose image loss stays within
+        STOCHASTIC_TIE of the winner's. Against a texture no program matches in phase, the
+        pixel term pulls every colour towards the mean (a washed-out likeness) about as
+        hard as the texture term pulls back, so the image loss is flat there while the
+        texture statistics, what a stochastic material is judged by, are not. The ramp's
+        output is a convex blend of its colours, so scaling them scales the render's
+        deviation from its mean exactly. Colours stay on the 8-bit grid."""
+        structure = best.program.structure()
+        if not ramps.projectable(structure):
+            return best
+        fit = FitConfig(**{**self.config.fit.__dict__, "steps": 0})
+        values = flatten(best.program)
+        (r,) = fit_jobs(self.device, self.detail, self.detail_stats, [structure], [(0, values)], fit)
+        if fit.texture_weight <= 0.0 or -10.0 * np.log10(max(r.pixel_mse, 1e-12)) >= STOCHASTIC_DB:
+            return best
+        n = int(structure.attr["stops"])
+        mean = np.asarray(r.render, np.float64).reshape(-1, 3).mean(axis=0)
+        colours = values[n:4 * n].reshape(n, 3)
+        trials = []
+        for scale in CONTRAST_SCALES:
+            v = values.copy()
+            v[n:4 * n] = (np.round(np.clip(mean + scale * (colours - mean), 0.0, 1.0) * 255.0) / 255.0).reshape(-1)
+            trials.append((0, v))
+        results = fit_jobs(self.device, self.detail, self.detail_stats, [structure], trials, fit)
+        own = r.pixel_mse + fit.texture_weight * r.texture_loss
+        pick, texture = None, r.texture_loss
+        for t in results:
+            if t.pixel_mse + fit.texture_weight * t.texture_loss <= own * (1.0 + STOCHASTIC_TIE) \
+                    and t.texture_loss < texture:
+                pick, texture = t, t.texture_loss
+        if pick is None:
+            return best
+        loss = pick.pixel_mse + fit.texture_weight * pick.texture_loss
+        if self.log is not None:
+            self.log.info("contrast: texture loss %.3g -> %.3g, image loss %.4g -> %.4g (at %dx%d)", r.texture_loss,
+                          pick.texture_loss, own, loss, self.detail.shape[1], self.detail.shape[0])
+        return Candidate(with_params(structure, pick.params), pick.pixel_mse, pick.texture_loss, loss,
+                         loss + self.config.complexity_weight * best.nodes, best.nodes, best.instructions,
+                         best.generation, best.origin, pick.render)
 
     def refine(self, best: Candidate) -> tuple[Candidate, float, bool]:
         """A longer fit of the winner at the detail size, kept if its image loss is no
