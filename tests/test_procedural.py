@@ -438,3 +438,37 @@ def test_stage_reports_the_neural_texture_of_equal_bytes(device, tmp_path):
     from report_check import assert_section
 
     assert "a neural texture of equal bytes" in assert_section(tmp_path / "out", images=3)
+
+
+def test_a_washed_out_likeness_of_a_stochastic_target_gets_its_contrast_back(device):
+    """Far from a copy (the noise shifted), the winner's ramp colours spread about their
+    mean where the texture loss falls within a tie of the image loss; a copy is left alone."""
+    from bakery.stages.procedural.search import STOCHASTIC_TIE, Candidate, Search, SearchConfig
+
+    colours = np.array([0.1, 0.05, 0.0, 0.9, 0.7, 0.4])
+    target_node = program(ramp({"op": "fbm", "attrs": {"octaves": 4, "basis": "gradient"},
+                                "params": {"frequency": [6], "gain": [0.6], "offset": [0, 0]}}, list(colours)))
+    target = fit.render_program(device, target_node, SIZE, SIZE)
+    search = Search(device, target, SearchConfig(fit=fit.FitConfig(texture_weight=5.0)),
+                    proposers.BuiltinProposer())
+
+    def candidate(values):
+        node = dsl.with_params(target_node.structure(), values)
+        return Candidate(node, 0.0, 0.0, 0.0, 0.0, dsl.complexity(node), dsl.instructions(node), 0, "test")
+
+    def losses(values):
+        (r,) = fit.fit_jobs(device, search.detail, search.detail_stats, [target_node.structure()], [(0, values)],
+                            fit.FitConfig(steps=0, texture_weight=5.0))
+        return r.pixel_mse + 5.0 * r.texture_loss, r.texture_loss
+
+    washed = dsl.flatten(target_node)
+    washed[-2:] += (0.1, 0.1)  # the noise a little off: about 29 dB, where the pixel term
+    mean = colours.reshape(2, 3).mean(axis=0)  # is lowest with the colours drawn in
+    washed[2:8] = (mean + 0.8 * (colours.reshape(2, 3) - mean)).reshape(-1)
+    before = losses(washed)
+    after = search.contrast(candidate(washed))
+    now = losses(dsl.flatten(after.program))
+    assert now[1] < 0.8 * before[1]
+    assert now[0] <= before[0] * (1 + STOCHASTIC_TIE) + 1e-9
+    copy = candidate(dsl.flatten(target_node))
+    assert search.contrast(copy) is copy

@@ -40,6 +40,17 @@ PHASE_SCAN = ((8, 1 / 16), (8, 1 / 128), (8, 1 / 1024))
 #: moves tried at each before the next, finer one.
 POLISH_STEPS = (0.1, 0.03, 0.01, 0.003)
 POLISH_ROUNDS = 4
+#: Below this PSNR at the detail size the winner is a stochastic material's likeness, not
+#: its copy: the refinement is restarted with the texture term weighted up by each of
+#: STOCHASTIC_TEXTURE_WEIGHTS (Search.refine), and the runner-up at the detail size is
+#: refined too, the image loss choosing.
+STOCHASTIC_DB = 30.0
+STOCHASTIC_TEXTURE_WEIGHTS = (2.0, 4.0)
+#: There, image losses within this share of each other are a tie, broken by the texture
+#: loss (Search.contrast): the search's own spread between seeds is several times larger.
+STOCHASTIC_TIE = 0.01
+#: Spreads of the root ramp's colours about their mean tried there (Search.contrast).
+CONTRAST_SCALES = (1.05, 1.1, 1.15, 1.2, 1.25, 1.3, 1.4, 1.5)
 #: A snap may raise the loss by this much: the MSE of rounding to 8 bits, (1/255)^2 / 12.
 SNAP_FLOOR = 1.0 / (12 * 255 ** 2)
 #: Denominators a person writes, simplest first: a snap takes the first that keeps the loss.
@@ -513,18 +524,18 @@ class Search:
             if self.progress is not None:
                 self.progress(gen + 1, total=cfg.generations, best_loss=float(top.loss))
         ranked = sorted(self.evaluated.values(), key=lambda c: (c.score, c.nodes, c.program.key()))
-        best = self._at_detail(ranked[: 2 * cfg.beam])
+        leading = self._at_detail(ranked[: 2 * cfg.beam])
+        best = leading[0]
         if cfg.refine_steps > 0:
-            fit = FitConfig(**{**cfg.fit.__dict__, "steps": cfg.refine_steps, "lr": cfg.fit.lr * 0.25})
-            saved, self.config = self.config, SearchConfig(**{**cfg.__dict__, "restarts": 1})
-            refined = self._fit([(best.program, best.origin)], cfg.generations, fit, detail=True)[0]
-            self.config = saved
-            # Scores at the detail size: the winner's own, for a fair comparison.
-            fit0 = FitConfig(**{**fit.__dict__, "steps": 0})
-            (r,) = fit_jobs(self.device, self.detail, self.detail_stats, [best.program.structure()],
-                            [(0, flatten(best.program))], fit0)
-            if refined.loss <= r.pixel_mse + fit.texture_weight * r.texture_loss:
+            refined, loss, far = self.refine(best)
+            if refined is not best:
                 self.evaluated[best.program.key()] = best = refined
+            # Far from a copy, the runner-up's own refinement can land lower: both refined,
+            # the lower image loss at the detail size kept.
+            if len(leading) > 1 and far:
+                other, other_loss, _ = self.refine(leading[1])
+                if other_loss < loss:
+                    self.evaluated[other.program.key()] = best = other
         polished = self.polish(best)
         if polished is not best:
             self.evaluated[best.program.key()] = best = polished
@@ -532,14 +543,95 @@ class Search:
             snapped = self.snap(best)
             if snapped is not best:
                 self.evaluated[best.program.key()] = best = snapped
+        contrasted = self.contrast(best)
+        if contrasted is not best:
+            self.evaluated[best.program.key()] = best = contrasted
         return best
 
-    def _at_detail(self, beam: Sequence[Candidate]) -> Candidate:
-        """The best of the leading candidates (twice the beam) by their score at the detail
+    def contrast(self, best: Candidate) -> Candidate:
+        """Where the winner is far from a copy (below STOCHASTIC_DB at the detail size), its
+        root ramp's colours spread about the render's mean colour (CONTRAST_SCALES), the
+        spread with the lowest texture loss kept among those whose image loss stays within
+        STOCHASTIC_TIE of the winner's. Against a texture no program matches in phase, the
+        pixel term pulls every colour towards the mean (a washed-out likeness) about as
+        hard as the texture term pulls back, so the image loss is flat there while the
+        texture statistics, what a stochastic material is judged by, are not. The ramp's
+        output is a convex blend of its colours, so scaling them scales the render's
+        deviation from its mean exactly. Colours stay on the 8-bit grid."""
+        structure = best.program.structure()
+        if not ramps.projectable(structure):
+            return best
+        fit = FitConfig(**{**self.config.fit.__dict__, "steps": 0})
+        values = flatten(best.program)
+        (r,) = fit_jobs(self.device, self.detail, self.detail_stats, [structure], [(0, values)], fit)
+        if fit.texture_weight <= 0.0 or -10.0 * np.log10(max(r.pixel_mse, 1e-12)) >= STOCHASTIC_DB:
+            return best
+        n = int(structure.attr["stops"])
+        mean = np.asarray(r.render, np.float64).reshape(-1, 3).mean(axis=0)
+        colours = values[n:4 * n].reshape(n, 3)
+        trials = []
+        for scale in CONTRAST_SCALES:
+            v = values.copy()
+            v[n:4 * n] = (np.round(np.clip(mean + scale * (colours - mean), 0.0, 1.0) * 255.0) / 255.0).reshape(-1)
+            trials.append((0, v))
+        results = fit_jobs(self.device, self.detail, self.detail_stats, [structure], trials, fit)
+        own = r.pixel_mse + fit.texture_weight * r.texture_loss
+        pick, texture = None, r.texture_loss
+        for t in results:
+            if t.pixel_mse + fit.texture_weight * t.texture_loss <= own * (1.0 + STOCHASTIC_TIE) \
+                    and t.texture_loss < texture:
+                pick, texture = t, t.texture_loss
+        if pick is None:
+            return best
+        loss = pick.pixel_mse + fit.texture_weight * pick.texture_loss
+        if self.log is not None:
+            self.log.info("contrast: texture loss %.3g -> %.3g, image loss %.4g -> %.4g (at %dx%d)", r.texture_loss,
+                          pick.texture_loss, own, loss, self.detail.shape[1], self.detail.shape[0])
+        return Candidate(with_params(structure, pick.params), pick.pixel_mse, pick.texture_loss, loss,
+                         loss + self.config.complexity_weight * best.nodes, best.nodes, best.instructions,
+                         best.generation, best.origin, pick.render)
+
+    def refine(self, best: Candidate) -> tuple[Candidate, float, bool]:
+        """A longer fit of the winner at the detail size, kept if its image loss is no
+        higher than the winner's own there. Where the winner is far from drawing the target
+        pixel for pixel (below STOCHASTIC_DB: a photographed material whose noise no program
+        matches in phase), pixel and texture terms pull apart and the loss is flat between
+        them, so one descent lands wherever its start points: the fit is restarted with the
+        texture term weighted up (STOCHASTIC_TEXTURE_WEIGHTS), each judged by the same
+        image loss, the lowest kept. Returns the candidate, its image loss at the detail
+        size, and whether the winner was that far."""
+        cfg = self.config
+        fit = FitConfig(**{**cfg.fit.__dict__, "steps": cfg.refine_steps, "lr": cfg.fit.lr * 0.25})
+        # Scores at the detail size: the winner's own, for a fair comparison.
+        (r,) = fit_jobs(self.device, self.detail, self.detail_stats, [best.program.structure()],
+                        [(0, flatten(best.program))], FitConfig(**{**fit.__dict__, "steps": 0}))
+        own = r.pixel_mse + fit.texture_weight * r.texture_loss
+        far = -10.0 * np.log10(max(r.pixel_mse, 1e-12)) < STOCHASTIC_DB
+        weights = (1.0,) + (STOCHASTIC_TEXTURE_WEIGHTS if far and fit.texture_weight > 0.0 else ())
+        self.config = SearchConfig(**{**cfg.__dict__, "restarts": 1})
+        try:
+            fits = []
+            for k in weights:
+                refit = FitConfig(**{**fit.__dict__, "texture_weight": fit.texture_weight * k})
+                (c,) = self._fit([(best.program, best.origin)], cfg.generations, refit, detail=True)
+                if k != 1.0:  # its loss as the search counts it
+                    c.loss = c.pixel_mse + fit.texture_weight * c.texture_loss
+                    c.score = c.loss + cfg.complexity_weight * c.nodes
+                fits.append(c)
+        finally:
+            self.config = cfg
+        refined = min(fits, key=lambda c: c.loss)  # the first of equals: the plain fit
+        if self.log is not None and len(fits) > 1:
+            self.log.info("refined with texture weights x%s: loss %s (winner's own %.4g)",
+                          "/".join(f"{k:g}" for k in weights), " ".join(f"{c.loss:.4g}" for c in fits), own)
+        return (refined, refined.loss, far) if refined.loss <= own else (best, own, far)
+
+    def _at_detail(self, beam: Sequence[Candidate]) -> list[Candidate]:
+        """The leading candidates (twice the beam) ranked by their score at the detail
         size: a small fit size can rank a program first whose texture statistics do not
         hold at full size."""
         if len(beam) < 2 or self.detail.shape == self.target.shape:
-            return beam[0]
+            return list(beam)
         structures = [c.program.structure() for c in beam]
         results = fit_jobs(self.device, self.detail, self.detail_stats, structures,
                            [(i, flatten(c.program)) for i, c in enumerate(beam)],
@@ -547,7 +639,7 @@ class Search:
         w = self.config.fit.texture_weight
         scores = [r.pixel_mse + w * r.texture_loss + self.config.complexity_weight * c.nodes
                   for r, c in zip(results, beam)]
-        return beam[int(np.argmin(scores))]
+        return [beam[i] for i in np.argsort(scores, kind="stable")]
 
     # -- polishing -----------------------------------------------------------------------
     def polish(self, best: Candidate) -> Candidate:

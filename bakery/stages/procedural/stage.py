@@ -61,7 +61,7 @@ BUDGET = ("generations", "population", "beam", "restarts", "steps", "batch", "fi
 @register
 class Procedural(Stage):
     type_name = "procedural"
-    version = "4"
+    version = "5"
     description = "find a compact procedural shader program that draws the texture"
     input_roles = ("image",)
     presets = PRESETS
