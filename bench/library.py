@@ -36,7 +36,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime
@@ -159,69 +158,17 @@ def write_pipeline(root: Path, device: str) -> Path:
 
 
 # -- measuring ----------------------------------------------------------------------------
-class GpuMonitor:
-    """GPU utilisation and memory (``nvidia-smi --query-gpu=utilization.gpu,memory.used
-    --format=csv -lms 200``, a background process) while a bake runs; every figure None
-    without nvidia-smi (a CPU machine), never a made-up number."""
-
-    def __init__(self):
-        self.exe = shutil.which("nvidia-smi")
-        self.samples: list[tuple[float, float, float]] = []   # (epoch s, utilisation %, MiB used), GPU 0
-        self.idle_mib: float | None = None
-        self._proc = None
-
-    def __enter__(self):
-        if self.exe:
-            q = subprocess.run([self.exe, "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
-                               capture_output=True, text=True)
-            try:
-                self.idle_mib = float(q.stdout.split()[0])
-            except (ValueError, IndexError):
-                self.idle_mib = None
-            self._proc = subprocess.Popen([self.exe, "--query-gpu=utilization.gpu,memory.used", "--format=csv",
-                                           "-i", "0", "-lms", "200"], stdout=subprocess.PIPE,
-                                          stderr=subprocess.DEVNULL, text=True)
-            self._thread = threading.Thread(target=self._read, daemon=True)
-            self._thread.start()
-        return self
-
-    def _read(self):
-        for line in self._proc.stdout:   # "87 %, 12345 MiB" (the header line does not parse)
-            util, _, mem = line.partition(",")
-            try:
-                self.samples.append((time.time(), float(util.strip().rstrip("%").strip()),
-                                     float(mem.strip().split()[0])))
-            except (ValueError, IndexError):
-                continue
-
-    def __exit__(self, *exc):
-        if self._proc is not None:
-            self._proc.terminate()
-            self._proc.wait(timeout=10)
-            self._thread.join(timeout=5)
-
-    def busy_percent(self, windows: list[tuple[float, float]] | None = None) -> float | None:
-        """Mean utilisation over the bake, or over the samples inside ``windows`` (epoch s)."""
-        util = [u for t, u, _ in self.samples if windows is None or any(a <= t <= b for a, b in windows)]
-        return round(float(np.mean(util)), 1) if util else None
-
-    def peak_mib(self) -> float | None:
-        if not self.samples or self.idle_mib is None:
-            return None
-        return round(max(m for _, _, m in self.samples) - self.idle_mib, 1)
-
-
 def bake(pipeline: Path, env: dict, *args: str) -> dict:
     report = pipeline.parent / "bench-report.json"
     report.unlink(missing_ok=True)
-    with GpuMonitor() as gpu:
+    with W.GpuSampler() as gpu:
         t0 = time.perf_counter()
         p = subprocess.run([sys.executable, "-m", "bakery", "bake", str(pipeline), "--report", str(report), *args],
                            cwd=pipeline.parent, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - t0
     return {"wall_s": wall, "exit": p.returncode, "report": json.loads(report.read_text()) if report.is_file() else {},
             "log": (p.stdout + p.stderr)[-3000:], "gpu_busy_percent": gpu.busy_percent(),
-            "peak_gpu_mib": gpu.peak_mib(), "gpu_samples": len(gpu.samples), "gpu": gpu}
+            "peak_gpu_mib": gpu.peak_mib(), "gpu_samples": gpu.count(), "gpu": gpu}
 
 
 def _logged_at(line: str) -> float | None:

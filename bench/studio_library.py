@@ -11,7 +11,7 @@ studio naming: detection, channel splitting and the DirectX flip should cost not
 measurable, and mipmap (deterministic on the GPU) should give the same bytes. Each
 (set, stage) is one bake in a fresh process after an untimed warm-up bake (Slang compile
 caches); printed and written per bake: wall time, the task's own seconds, peak GPU memory
-above idle (nvidia-smi every 100 ms) and the stage's headline metrics.
+above idle (nvidia-smi every 200 ms) and the stage's headline metrics.
 
     python3 bench/studio_library.py --device vulkan                 # H200: 4096^2
     python3 bench/studio_library.py --size 96 --small --device software   # CPU check
@@ -22,9 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -79,45 +77,6 @@ def write(folder: Path, maps: dict[str, np.ndarray], layout: str) -> None:
     Image.fromarray(h16).save(folder / "T_Rock_Height.png")
 
 
-class MemorySampler:
-    """Peak GPU memory used (MiB, nvidia-smi every 100 ms) over a bake, above the level
-    before it; None without nvidia-smi."""
-
-    def __init__(self):
-        self.exe = shutil.which("nvidia-smi")
-        self.samples: list[float] = []
-
-    def _used(self) -> float:
-        q = subprocess.run([self.exe, "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
-                           capture_output=True, text=True)
-        return float(q.stdout.strip().splitlines()[0])
-
-    def __enter__(self):
-        if self.exe:
-            self.idle = self._used()
-            self._proc = subprocess.Popen([self.exe, "--query-gpu=memory.used", "--format=csv,noheader,nounits",
-                                           "-i", "0", "-lms", "100"], stdout=subprocess.PIPE, text=True)
-            self._thread = threading.Thread(target=self._read, daemon=True)
-            self._thread.start()
-        return self
-
-    def _read(self):
-        for line in self._proc.stdout:
-            try:
-                self.samples.append(float(line.strip()))
-            except ValueError:
-                continue
-
-    def __exit__(self, *exc):
-        if self.exe:
-            self._proc.terminate()
-            self._proc.wait(timeout=10)
-            self._thread.join(timeout=5)
-
-    def peak_mib(self) -> float | None:
-        return round(max(self.samples) - self.idle, 1) if self.exe and self.samples else None
-
-
 def pipeline(folder: Path, stage: str, device: str, small: bool) -> Path:
     params = SMALL_PARAMS[stage] if small else {}
     inline = ", ".join(f"{k} = {json.dumps(v)}" for k, v in params.items())
@@ -164,7 +123,7 @@ def main() -> int:
         for layout, folder in sets.items():
             shutil.rmtree(folder / "out", ignore_errors=True)
             shutil.rmtree(folder / ".bakery-cache", ignore_errors=True)
-            with MemorySampler() as mem:
+            with W.GpuSampler() as mem:
                 run = W.run_bake(pipeline(folder, stage, args.device, args.small), args.work)
             outputs[layout] = {k: v for k, v in W.outputs(folder / "out").items() if not k.endswith("manifest.json")}
             task = (run["report"].get("tasks") or [{}])[0]

@@ -1,8 +1,8 @@
 """Bake workloads for the runner benchmarks: the sample assets resampled into many
-assets, a pipeline over them, a bake in a fresh process, and GPU utilisation sampling.
+assets, a pipeline over them, a bake in a fresh process, and GPU utilisation and memory
+sampling.
 
-Shared by bench/runners.py and bench/scale.py (run as scripts, so this folder is on
-sys.path).
+Shared by the bench scripts (run as scripts, so this folder is on sys.path).
 """
 
 from __future__ import annotations
@@ -141,30 +141,43 @@ def task_seconds(report: dict) -> float:
 
 
 class GpuSampler:
-    """Samples each NVIDIA GPU's utilisation (nvidia-smi, every 200 ms) while a bake runs.
-    ``busy()`` gives the mean share per GPU index, or None without nvidia-smi."""
+    """Each NVIDIA GPU's utilisation and memory while a bake runs: one background
+    ``nvidia-smi --query-gpu=index,utilization.gpu,memory.used -lms 200``, read into
+    ``samples`` (epoch s, GPU index, utilisation %, MiB used). The first reading, taken
+    before ``with`` returns, is the idle level memory peaks are measured from. Without
+    nvidia-smi (a CPU machine), or when it prints nothing, every figure is None: never
+    a made-up number."""
 
-    def __init__(self):
-        self.samples: dict[int, list[float]] = {}
+    QUERY = ["--query-gpu=index,utilization.gpu,memory.used", "--format=csv,noheader,nounits", "-lms", "200"]
+
+    def __init__(self, first_reading_s: float = 10.0):
+        self.samples: list[tuple[float, int, float, float]] = []
+        self.idle_mib: dict[int, float] = {}
+        self._first_reading_s = first_reading_s
+        self._first = threading.Event()
         self._proc = None
         self._thread = None
 
     def __enter__(self):
         exe = shutil.which("nvidia-smi")
         if exe:
-            self._proc = subprocess.Popen([exe, "--query-gpu=index,utilization.gpu", "--format=csv,noheader,nounits",
-                                           "-lms", "200"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            self._proc = subprocess.Popen([exe, *self.QUERY], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                          text=True)
             self._thread = threading.Thread(target=self._read, daemon=True)
             self._thread.start()
+            self._first.wait(self._first_reading_s)   # the idle reading comes before the bake starts
         return self
 
     def _read(self):
-        for line in self._proc.stdout:
-            idx, _, util = line.partition(",")
+        for line in self._proc.stdout:   # "0, 87, 12345"
             try:
-                self.samples.setdefault(int(idx), []).append(float(util) / 100.0)
+                idx, util, mib = (float(v) for v in line.split(","))
             except ValueError:
                 continue
+            self.samples.append((time.time(), int(idx), util, mib))
+            self.idle_mib.setdefault(int(idx), mib)
+            self._first.set()
+        self._first.set()
 
     def __exit__(self, *exc):
         if self._proc is not None:
@@ -172,10 +185,28 @@ class GpuSampler:
             self._proc.wait(timeout=10)
             self._thread.join(timeout=5)
 
+    def _of(self, index: int, windows: list[tuple[float, float]] | None = None) -> list[tuple[float, float]]:
+        return [(u, m) for t, i, u, m in self.samples
+                if i == index and (windows is None or any(a <= t <= b for a, b in windows))]
+
+    def count(self, index: int = 0) -> int:
+        return len(self._of(index))
+
     def busy(self) -> dict[int, float] | None:
-        if self._proc is None:
-            return None
-        return {i: round(float(np.mean(v)), 3) for i, v in sorted(self.samples.items()) if v}
+        """Mean busy share (0-1) per GPU index over the whole run."""
+        shares = {i: round(float(np.mean([u for u, _ in self._of(i)])) / 100.0, 3)
+                  for i in sorted({i for _, i, _, _ in self.samples})}
+        return shares or None
+
+    def busy_percent(self, windows: list[tuple[float, float]] | None = None, index: int = 0) -> float | None:
+        """Mean utilisation % of one GPU over the run, or over the samples inside ``windows`` (epoch s)."""
+        util = [u for u, _ in self._of(index, windows)]
+        return round(float(np.mean(util)), 1) if util else None
+
+    def peak_mib(self, index: int = 0) -> float | None:
+        """Most memory one GPU used during the run, above its idle reading."""
+        mib = [m for _, m in self._of(index)]
+        return round(max(mib) - self.idle_mib[index], 1) if mib else None
 
 
 def outputs(out: Path) -> dict[str, bytes]:
