@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -279,3 +281,17 @@ def tree_snapshot(root: Path) -> dict[str, str]:
 
 def sha256_hex(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def bake_until_started(root: Path, env: dict, *args: str, timeout: float = 60.0) -> subprocess.Popen:
+    """Starts ``python -m bakery bake pipeline.toml *args`` in ``root`` and returns once a
+    task has touched ``env["BAKERY_TEST_STARTED"]``: signal tests need a bake caught mid-task.
+    Fails (with the bake's output) if the bake ends first or the task never starts."""
+    started = Path(env["BAKERY_TEST_STARTED"])
+    p = subprocess.Popen([sys.executable, "-m", "bakery", "bake", "pipeline.toml", *args], cwd=root, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    t0 = time.monotonic()
+    while not started.exists():
+        assert p.poll() is None and time.monotonic() - t0 < timeout, p.communicate()
+        time.sleep(0.02)
+    return p

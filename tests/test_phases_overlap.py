@@ -8,10 +8,7 @@ import hashlib
 import logging
 import os
 import signal
-import subprocess
-import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -175,13 +172,9 @@ def test_sigterm_stops_a_bake_waiting_on_side_work_within_seconds(tmp_path):
                                             '[assets.photos]\nimage = "src/*.png"\n'
                                             '[stages.stuck]\ntype = "test_stuck_beside"\ninputs = ["photos"]\n')
     started = tmp_path / "started"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "BAKERY_TEST_STARTED": str(started)}
-    p = subprocess.Popen([sys.executable, "-m", "bakery", "bake", "pipeline.toml"], cwd=tmp_path, env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    t0 = time.monotonic()
-    while not started.exists():
-        assert p.poll() is None and time.monotonic() - t0 < 60, p.communicate()
-        time.sleep(0.02)
+    from pipeline_helpers import bake_until_started
+
+    p = bake_until_started(tmp_path, {**os.environ, "PYTHONPATH": str(REPO), "BAKERY_TEST_STARTED": str(started)})
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=20)   # a pool that joined its threads would hang here
     assert p.returncode == 143 and "interrupted" in err and "Traceback" not in err

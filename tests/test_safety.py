@@ -14,14 +14,13 @@ import signal
 import struct
 import subprocess
 import sys
-import time
 import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from pipeline_helpers import BASIC_TOML, SLEEP_TOML, make_project, tree_snapshot, write_image
+from pipeline_helpers import BASIC_TOML, SLEEP_TOML, bake_until_started, make_project, tree_snapshot, write_image
 
 from bakery.errors import UsageError
 from bakery.formats.errors import BundleError
@@ -375,13 +374,7 @@ def test_globs_never_match_the_pipelines_own_folders(tmp_path):
 def test_sigterm_is_treated_like_ctrl_c_and_exits_143(tmp_path):
     make_project(tmp_path, SLEEP_TOML.format(seconds=30.0, tag="x"), images=("a", "b"))
     started = tmp_path / "started"
-    env = {**_env(), "BAKERY_TEST_STARTED": str(started)}
-    p = subprocess.Popen([sys.executable, "-m", "bakery", "bake", "pipeline.toml"], cwd=tmp_path, env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    t0 = time.monotonic()
-    while not started.exists():
-        assert p.poll() is None and time.monotonic() - t0 < 60, p.communicate()
-        time.sleep(0.02)
+    p = bake_until_started(tmp_path, {**_env(), "BAKERY_TEST_STARTED": str(started)})
     assert list(tmp_path.rglob(".*staging*"))  # mid-task: a staging folder exists
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=30)

@@ -594,18 +594,13 @@ def test_a_ray_address_with_no_cluster_is_one_line(tmp_path, address):
 
 
 def test_sigterm_ends_a_ray_bake_with_143_and_no_stack_dump(tmp_path):
-    from pipeline_helpers import SLEEP_TOML
+    from pipeline_helpers import SLEEP_TOML, bake_until_started
 
     pytest.importorskip("ray")
     make_project(tmp_path, SLEEP_TOML.format(seconds=60.0, tag="x"), images=("a",))
     started = tmp_path / "started"
     env = {**_env(), "BAKERY_TEST_STARTED": str(started), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-    p = subprocess.Popen([sys.executable, "-m", "bakery", "bake", "pipeline.toml", "--runner", "ray"], cwd=tmp_path,
-                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    t0 = time.monotonic()
-    while not started.exists():
-        assert p.poll() is None and time.monotonic() - t0 < 120, p.communicate()
-        time.sleep(0.05)
+    p = bake_until_started(tmp_path, env, "--runner", "ray", timeout=120)
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 143 and "interrupted" in err, err
