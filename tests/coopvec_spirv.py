@@ -128,7 +128,7 @@ def programs(device, only: tuple[str, ...] = ()) -> dict[str, tuple[str, str]]:
             fake = stand_in(device, coopmat, sms)
             spec, objective = job(fake)
             Trainer(fake, spec, objective, TrainConfig(steps=1, batch=1024))
-            header = "".join(f"#define {k} {v}\n" for k, v in sorted(fake.defines().items()))
+            header = fake._header()  # the defines Device.kernel prepends, exactly
             for k in fake.asked:
                 out[f"{name}/{k.entry}"] = (header + k.source, k.entry)
     return out
