@@ -37,10 +37,11 @@ def network_for_bytes(budget: int) -> tuple[int, int, int]:
 
 
 def neural_texture_of_equal_bytes(device, image: np.ndarray, budget: int, *, steps: int, batch: int,
-                                  seed: int, lr: float = 5e-3) -> dict:
+                                  seed: int, lr: float = 5e-3, target_stats: np.ndarray | None = None) -> dict:
     """Trains the largest neural texture within ``budget`` bytes on ``image`` (RGB, [H, W, 3])
     and scores it: {octaves, width, layers, weights_bytes, steps, psnr_db, texture_loss,
-    decoded}. ``decoded`` is clipped to [0, 1], as an 8-bit display shows it."""
+    decoded}. ``decoded`` is clipped to [0, 1], as an 8-bit display shows it.
+    ``target_stats``: the image's texture statistics, where the caller already has them."""
     h, w = image.shape[:2]
     octaves, width, layers = network_for_bytes(budget)
     spec = NetworkSpec(FrequencyEncoding(2, octaves), (width,) * layers, 3, "relu")
@@ -49,8 +50,10 @@ def neural_texture_of_equal_bytes(device, image: np.ndarray, budget: int, *, ste
     trainer = Trainer(device, spec, objective, config)
     trainer.train()
     decoded = np.clip(objective.decode(trainer), 0.0, 1.0)
+    if target_stats is None:
+        target_stats = texture_stats.statistics(image[:, :, :3])
     return {"octaves": octaves, "width": width, "layers": layers,
             "weights_bytes": WEIGHT_BYTES * spec.param_count, "steps": steps,
             "psnr_db": round(float(psnr(decoded, image[:, :, :3])), 4),
-            "texture_loss": round(texture_stats.texture_loss(decoded, texture_stats.statistics(image[:, :, :3])), 8),
+            "texture_loss": round(texture_stats.texture_loss(decoded, target_stats), 8),
             "decoded": decoded}

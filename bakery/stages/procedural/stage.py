@@ -144,7 +144,8 @@ class Procedural(Stage):
         shifted = [render_shader(device, program, w, h, sources["slang"], origin=o) for o in ((1.0, 0.0), (0.0, 1.0))]
         seam = max(float(np.abs(s - render).max()) for s in shifted)
         score = psnr(render, rgb)
-        tex = texture_stats.texture_loss(render, texture_stats.statistics(rgb))
+        target_stats = texture_stats.statistics(rgb)   # the program and its neural baseline are scored by them
+        tex = texture_stats.texture_loss(render, target_stats)
         doc = program_document(program, tile=tile)
         program_bytes = len(json.dumps(doc, separators=(",", ":")))  # the compact form an engine would store
         sizes = {"program_json": program_bytes, "params_fp32": 4 * param_count(program),
@@ -170,7 +171,8 @@ class Procedural(Stage):
 
         bc7 = same_bytes_image(rgb, program_bytes)
         nt = neural_texture_of_equal_bytes(device, rgb, program_bytes, steps=params["baseline_steps"],
-                                           batch=params["baseline_batch"], seed=ctx.seed)
+                                           batch=params["baseline_batch"], seed=ctx.seed,
+                                           target_stats=target_stats)
         out.write_png("neural_texture.png", nt.pop("decoded"), role="preview")
         verdict = _against_baselines(score, tex, bc7, nt, budget_reason(PRESETS, params, key="generations",
                                                                        unit="search generations"))
