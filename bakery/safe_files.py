@@ -89,11 +89,16 @@ def open_regular(path: str | os.PathLike):
         if path.is_symlink():
             raise RefusedFile(path, "is a symbolic link; bakery reads only regular files") from None
         raise
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise RefusedFile(path, f"is {_kind(st.st_mode)}; bakery reads only regular files")
+    _require_regular(fd, path, "reads")
     return os.fdopen(fd, "rb")
+
+
+def _require_regular(fd: int, path: Path, verb: str) -> None:
+    """Closes ``fd`` and refuses ``path`` unless what it opened is a regular file."""
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise RefusedFile(path, f"is {_kind(mode)}; bakery {verb} only regular files")
 
 
 def is_regular(path: str | os.PathLike) -> bool:
@@ -133,10 +138,7 @@ def open_new_for_write(path: Path, *, root: Path | None = None, mode: int = 0o66
         if e.errno == errno.ENXIO:  # a FIFO nobody reads
             raise RefusedFile(path, "is a FIFO; bakery writes only regular files") from None
         raise
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise RefusedFile(path, f"is {_kind(st.st_mode)}; bakery writes only regular files")
+    _require_regular(fd, path, "writes")
     os.set_blocking(fd, True)
     os.ftruncate(fd, 0)
     return fd

@@ -24,6 +24,8 @@ from urllib.parse import unquote, urlparse
 
 import numpy as np
 
+from bakery.safe_files import MAX_METADATA_BYTES, read_regular
+
 STATIC = Path(__file__).resolve().parent / "static"
 #: URL prefix -> folder under node_modules: three.js, as the page's import map names it.
 VENDOR = {"three": ("three", "build")}
@@ -96,7 +98,7 @@ def _link_in(folder: Path) -> Path | None:
     if manifest.is_symlink():
         return manifest
     try:
-        names = [f["name"] for f in json.loads(manifest.read_bytes())["files"]]
+        names = [f["name"] for f in json.loads(read_regular(manifest, limit=MAX_METADATA_BYTES))["files"]]
     except (OSError, ValueError, KeyError, TypeError):
         return None   # read_bundle names what is wrong with it
     for name in names:
@@ -210,10 +212,10 @@ class ViewApp:
             entry = next((f for f in b.manifest["files"] if f["name"] == name), None) if b is not None else None
             if entry is None:
                 return None   # only what the manifest lists (names checked by read_bundle)
-            file = b.path / name
-            if file.is_symlink() or file.parent.is_symlink() or not file.is_file():
-                raise PermissionError(name)
-            data = file.read_bytes()
+            try:   # never through a link, a FIFO or a folder link anywhere below the bundle
+                data = read_regular(b.path / name, beneath=b.path)
+            except OSError:
+                raise PermissionError(name) from None
             if hashlib.sha256(data).hexdigest() != entry["sha256"]:   # re-baked while the page is open
                 raise ChangedOnDisk(f"{b.id}/{name} changed since bakery view started; restart it")
             if head == "bundle":

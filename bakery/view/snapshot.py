@@ -122,16 +122,12 @@ class SnapshotDir:
         if self.root.is_symlink() or (self.root.exists() and not self.root.is_dir()):
             raise UsageError("is a link or not a folder; choose a new or empty folder", where=str(self.root),
                              key="--snapshot")
-        index = self.root / INDEX_NAME
-        if index.is_file() and not index.is_symlink():
-            try:
-                files = json.loads(index.read_bytes()).get("files")
-            except (OSError, ValueError, AttributeError):
-                files = None
-            if isinstance(files, list) and all(isinstance(f, str) for f in files):
-                self.owned = set(files)
-                self.bundles = _read_index(self.root).bundles
-                return
+        doc = _json_or_bytes(self.root / INDEX_NAME)
+        files = doc.get("files") if isinstance(doc, dict) else None
+        if isinstance(files, list) and all(isinstance(f, str) for f in files):
+            self.owned = set(files)
+            self.bundles = _read_index(self.root).bundles
+            return
         if self.root.is_dir() and any(self.root.iterdir()):
             raise UsageError(f"exists and is not a bakery snapshot (no {INDEX_NAME}); a snapshot replaces only its "
                              "own files: choose a new or empty folder", where=str(self.root), key="--snapshot")
