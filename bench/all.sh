@@ -8,6 +8,7 @@
 # NAME: suite | mipmap | fit | procedural | train_texture | ntc | ntc_scatter | ntc_updates | ntc_touched |
 #       ntc_repeat | ntc_options | backward_anatomy | neural_material | runners | scale | determinism |
 #       studio_library | rebake | library
+# SUITE_ARGS: extra pytest arguments for the suite (e.g. --ignore=tests/test_view.py where no browser is installed).
 # The machine needs slangpy, a Vulkan driver and the packages pyproject.toml names (see README).
 set -u
 cd "$(dirname "$0")/.."
@@ -21,7 +22,7 @@ command_of() {
     # failures; junit.xml (in results.tar.gz) keeps them per test; --timeout where the
     # image has pytest-timeout, so one hanging test fails alone.
     suite)           echo "python3 -m pytest -n 14 -p no:cacheprovider -v -rfE --durations=25" \
-                          "--junitxml=$dest/logs/junit.xml $(python3 -c 'import pytest_timeout' 2>/dev/null \
+                          "--junitxml=$dest/logs/junit.xml ${SUITE_ARGS:-} $(python3 -c 'import pytest_timeout' 2>/dev/null \
                           && echo --timeout=240)" ;;
     mipmap)          echo "python3 bench/mipmap.py --device vulkan --no-ablation" ;;
     fit)             echo "python3 bench/fit.py --device vulkan" ;;

@@ -5,6 +5,7 @@ the Unity importer's manifest regex matches what BundleWriter writes."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import sys
 import types
@@ -119,7 +120,8 @@ def _unreal_module(monkeypatch):
 
 def _bakery_command(monkeypatch) -> str:
     """This checkout's bakery as a command line (what an engine's machine has on PATH)."""
-    monkeypatch.setenv("PYTHONPATH", str(ENGINES.parents[1]))
+    kept = os.environ.get("PYTHONPATH")   # where the machine's own packages come from (a --target site)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ENGINES.parents[1])] + ([kept] if kept else [])))
     return f"{sys.executable} -m bakery"
 
 

@@ -191,7 +191,8 @@ def fuzz(root: Path, seed: int, cases: int, seconds: float) -> dict:
 
 def test_bundle_reader_fuzz(tmp_path):
     r = subprocess.run([sys.executable, __file__, str(tmp_path), str(SEED), str(CASES), str(SECONDS)],
-                       env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)])},
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                           [str(TESTS), str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))},
                        capture_output=True, text=True, timeout=SECONDS + 120)
     assert r.returncode == 0, r.stdout + r.stderr
     result = json.loads(r.stdout.splitlines()[-1])

@@ -174,7 +174,8 @@ def test_sigterm_stops_a_bake_waiting_on_side_work_within_seconds(tmp_path):
     started = tmp_path / "started"
     from pipeline_helpers import bake_until_started
 
-    p = bake_until_started(tmp_path, {**os.environ, "PYTHONPATH": str(REPO), "BAKERY_TEST_STARTED": str(started)})
+    p = bake_until_started(tmp_path, {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])), "BAKERY_TEST_STARTED": str(started)})
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=20)   # a pool that joined its threads would hang here
     assert p.returncode == 143 and "interrupted" in err and "Traceback" not in err

@@ -75,7 +75,7 @@ def test_the_library_bakes_through_material_glob_alone(tmp_path):
 def test_packed_orm_equals_the_same_maps_given_separately_byte_for_byte(tmp_path):
     stages = ('[stages.ntc]\ntype = "ntc"\ninputs = ["lib"]\n'
               'params = { bpp = 16.0, steps = 8, batch = 1024 }')
-    maps = {r: a for r, a in reference_maps(64, 64).items() if r not in ("height", "opacity")}  # as Unreal
+    maps = {r: a for r, a in reference_maps(128, 128).items() if r not in ("height", "opacity")}  # as Unreal
     bundles = {}
     for convention in ("separate", "unreal"):   # unreal: ORM and a DirectX normal
         root = tmp_path / convention
