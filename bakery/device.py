@@ -157,12 +157,14 @@ def toolchain_of(backend: str, adapter: str, uuid=None, *, coopvec: bool | None)
 class KernelCacheStats:
     """What :meth:`Device.kernel` did in this process: Slang modules compiled from source
     (the front end: parsing, checking, each a fraction of a second on a CPU), programs
-    linked into kernels, and requests answered from memory. The tasks of one stage in one
-    worker compile once; tests count on these, never on timing."""
+    linked into kernels (each with its pipeline, which the driver compiles), requests
+    answered from memory, and the seconds all that compiling took (benchmarks report them;
+    tests count on the counts, never on timing)."""
 
     modules: int = 0
     kernels: int = 0
     hits: int = 0
+    compile_s: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -203,6 +205,9 @@ class Device:
         self.dispatch_timeout = DEFAULT_DISPATCH_TIMEOUT
         self.wedged = False
         self._last_submit: int | None = None
+        #: Seconds the host has waited for the device to finish submissions (wait_for):
+        #: with :attr:`kernel_cache`'s compile seconds, what a benchmark splits a task by.
+        self.waited_s = 0.0
         self._luid = luid
 
     @functools.cached_property
@@ -248,8 +253,18 @@ class Device:
             self.kernel_cache.hits += 1
             return k
         module = self.module(source)
-        program = self.spy.link_program([module], [module.entry_point(entry)])
-        k = self._programs[(key, entry)] = self.spy.create_compute_kernel(program)
+        import time
+
+        start = time.perf_counter()
+        try:
+            program = self.spy.link_program([module], [module.entry_point(entry)])
+            k = self.spy.create_compute_kernel(program)
+            k.pipeline  # the driver compiles it here, not at the first dispatch: a failure names the kernel
+        except RuntimeError as e:
+            raise TaskError(f"compiling kernel {entry!r} for {self.info.adapter} failed: {_compile_error(e)}") from None
+        finally:
+            self.kernel_cache.compile_s += time.perf_counter() - start
+        self._programs[(key, entry)] = k
         self.kernel_cache.kernels += 1
         return k
 
@@ -259,8 +274,14 @@ class Device:
         key = self._key(source)
         module = self._programs.get(key)
         if module is None:
-            module = self._programs[key] = self.spy.load_module_from_source(f"bakery_{key}",
-                                                                            self._header() + source)
+            import time
+
+            start = time.perf_counter()
+            try:
+                module = self._programs[key] = self.spy.load_module_from_source(f"bakery_{key}",
+                                                                                self._header() + source)
+            finally:
+                self.kernel_cache.compile_s += time.perf_counter() - start
             self.kernel_cache.modules += 1
         return module
 
@@ -297,7 +318,8 @@ class Device:
 
         if self.spy.is_submit_finished(submit_id):
             return
-        deadline = time.monotonic() + self.dispatch_timeout
+        start = time.monotonic()
+        deadline = start + self.dispatch_timeout
         pause = 2e-5
         try:
             while not self.spy.is_submit_finished(submit_id):
@@ -311,10 +333,24 @@ class Device:
             if not self.spy.is_submit_finished(submit_id):
                 self._wedge()  # interrupted mid-dispatch: the queue is still busy
             raise
+        finally:
+            self.waited_s += time.monotonic() - start
 
     def _wedge(self) -> None:
         self.wedged = True
         _WEDGED.append(self)
+
+
+def _compile_error(error: RuntimeError) -> str:
+    """The part of a slangpy compile error a person can act on: the driver's result code
+    (``VK_ERROR_...``) where it names one, else the message's first line."""
+    import re
+
+    text = str(error)
+    code = re.search(r"VK_ERROR_[A-Z_]+", text)
+    if code:
+        return f"the driver returned {code.group(0)} creating its pipeline"
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
 
 
 def device_class_of(backend: str, adapter: str) -> str:

@@ -1,10 +1,12 @@
 """Fitting the continuous parameters of many candidate programs in one go.
 
 Every (structure, restart) pair is a job with its own parameter slots in one
-:class:`PlainParameters` group; one Slang module holds all structures of a batch behind
-a switch, so each training step is one statistics dispatch, one backward dispatch and
-one Adam dispatch for the whole batch. The loop is the shared :class:`Trainer`'s; only
-the backward pass gains the statistics dispatch in front (see fit.slang).
+:class:`PlainParameters` group; one Slang module holds up to MODULE_STRUCTURES structures
+of a batch behind a switch, so each training step is one statistics dispatch, one
+backward dispatch and one Adam dispatch per module for all its jobs. The loop is the
+shared :class:`Trainer`'s; only the backward pass gains the statistics dispatch in front
+(see fit.slang). Each job samples its pixels by its own index (fit.slang), so how the
+structures are split into modules does not change any job's result.
 """
 
 from __future__ import annotations
@@ -20,6 +22,14 @@ from bakery.nn.trainer import GROUP, TrainConfig, Trainer
 from bakery.stages.procedural import texture_stats
 from bakery.stages.procedural.codegen import fitting_function
 from bakery.stages.procedural.dsl import Node, param_count, param_scales
+
+#: Structures one fitting module holds at most. The differentiated switch over all of a
+#: generation's structures (two dozen on the GPU preset) is one very large kernel per
+#: entry point: the driver's compile time grows faster than its size, and NVIDIA's
+#: pipeline creation failed on such a module (VK_ERROR_UNKNOWN) with several processes
+#: compiling at once. Batches are fitted in modules of this many structures, one after
+#: the other.
+MODULE_STRUCTURES = 8
 
 
 @dataclass(frozen=True)
@@ -146,13 +156,39 @@ class BatchObjective:
         return out
 
 
+def by_module(structures: Sequence[Node], jobs: Sequence[tuple[int, np.ndarray]]):
+    """The jobs split by module (MODULE_STRUCTURES structures each, in order): per module
+    its structures, the indices of its jobs in ``jobs``, and those jobs with the
+    structure index counted within the module."""
+    out = []
+    for first in range(0, max(1, len(structures)), MODULE_STRUCTURES):
+        members = [i for i, (s, _) in enumerate(jobs) if first <= s < first + MODULE_STRUCTURES]
+        if members:
+            out.append((list(structures[first:first + MODULE_STRUCTURES]), members,
+                        [(jobs[i][0] - first, jobs[i][1]) for i in members]))
+    return out
+
+
 def fit_jobs(device, target: np.ndarray, target_stats: np.ndarray, structures: Sequence[Node],
              jobs: Sequence[tuple[int, np.ndarray]], config: FitConfig,
              frozen: Sequence[np.ndarray] | None = None) -> list[JobResult]:
-    """Fits every job (structure index, initial parameters in shader units) by Adam, all
-    in one dispatch per step; ``frozen`` (per job, per slot) holds slots at their value.
-    Returns each job's fitted parameters, render and losses (the texture loss against
-    ``target_stats``, the whole target's statistics). ``steps=0`` just renders."""
+    """Fits every job (structure index, initial parameters in shader units) by Adam, one
+    dispatch per step for all the jobs of a module (by_module); ``frozen`` (per job, per
+    slot) holds slots at their value. Returns each job's fitted parameters, render and
+    losses (the texture loss against ``target_stats``, the whole target's statistics), in
+    the order of ``jobs``. ``steps=0`` just renders."""
+    out: list[JobResult | None] = [None] * len(jobs)
+    for module, members, local in by_module(structures, jobs):
+        held = [frozen[i] for i in members] if frozen else None
+        for i, r in zip(members, _fit_module(device, target, target_stats, module, local, config, held)):
+            out[i] = JobResult(jobs[i][0], r.params, r.render, r.pixel_mse, r.texture_loss)
+    return out
+
+
+def _fit_module(device, target: np.ndarray, target_stats: np.ndarray, structures: Sequence[Node],
+                jobs: Sequence[tuple[int, np.ndarray]], config: FitConfig,
+                frozen: Sequence[np.ndarray] | None = None) -> list[JobResult]:
+    """fit_jobs for the jobs of one module."""
     objective = BatchObjective(device, target, structures, jobs, config, frozen)
     if config.steps <= 0:
         trainer = Trainer(device, None, objective, TrainConfig(steps=0, batch=objective.threads()))
@@ -169,12 +205,15 @@ def screen_jobs(device, target: np.ndarray, structures: Sequence[Node], jobs: Se
     """How each job's starting point matches the target, without training: the correlation
     of render and target luminance. Its magnitude judges where edges and phases lie
     whatever a ramp's colours; its sign says whether the colours run the wrong way.
-    Uses the fitting module, so it costs no compile."""
-    objective = BatchObjective(device, target, structures, jobs, config)
-    trainer = Trainer(device, None, objective, TrainConfig(steps=0, batch=objective.threads()))
-    n = objective.width * objective.height
-    trainer.run_kernel("render", len(jobs) * n, objective.uniforms(0))
-    renders = objective._render.to_numpy().view(np.float32)[: len(jobs) * n * 3].reshape(len(jobs), n, 3)
+    Uses the fitting modules, so it costs no compile."""
+    n = target.shape[0] * target.shape[1]
+    renders = np.zeros((len(jobs), n, 3), np.float32)
+    for module, members, local in by_module(structures, jobs):
+        objective = BatchObjective(device, target, module, local, config)
+        trainer = Trainer(device, None, objective, TrainConfig(steps=0, batch=objective.threads()))
+        trainer.run_kernel("render", len(local) * n, objective.uniforms(0))
+        renders[members] = objective._render.to_numpy().view(np.float32)[: len(local) * n * 3].reshape(
+            len(local), n, 3)
     luma = renders.mean(axis=2).astype(np.float64)
     t = target[:, :, :3].mean(axis=2).reshape(-1).astype(np.float64)
     t = t - t.mean()
@@ -185,16 +224,19 @@ def screen_jobs(device, target: np.ndarray, structures: Sequence[Node], jobs: Se
 
 def render_jobs(device, structures: Sequence[Node], jobs: Sequence[tuple[int, np.ndarray]], width: int,
                 height: int, *, tile: bool = False) -> np.ndarray:
-    """Renders every job (structure index, parameters) at any size, in one dispatch
-    through the fitting kernels: [jobs, height, width, 3]."""
+    """Renders every job (structure index, parameters) at any size, one dispatch per
+    module, through the fitting kernels: [jobs, height, width, 3]."""
     blank = np.zeros((height, width, 3), np.float32)
     cfg = FitConfig(steps=0, batch=width * height, texture_weight=0.0, tile=tile)
-    objective = BatchObjective(device, blank, structures, jobs, cfg)
-    trainer = Trainer(device, None, objective, TrainConfig(steps=0, batch=objective.threads()))
     n = width * height
-    trainer.run_kernel("render", len(jobs) * n, objective.uniforms(0))
-    return objective._render.to_numpy().view(np.float32)[: len(jobs) * n * 3].reshape(
-        len(jobs), height, width, 3).copy()
+    out = np.zeros((len(jobs), height, width, 3), np.float32)
+    for module, members, local in by_module(structures, jobs):
+        objective = BatchObjective(device, blank, module, local, cfg)
+        trainer = Trainer(device, None, objective, TrainConfig(steps=0, batch=objective.threads()))
+        trainer.run_kernel("render", len(local) * n, objective.uniforms(0))
+        out[members] = objective._render.to_numpy().view(np.float32)[: len(local) * n * 3].reshape(
+            len(local), height, width, 3)
+    return out
 
 
 def render_program(device, program: Node, width: int, height: int, *, tile: bool = False) -> np.ndarray:

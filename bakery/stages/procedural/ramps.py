@@ -6,7 +6,11 @@ pixel error are a least-squares solution, in any order of the stops: gradient de
 instead has to carry one colour past another and lets the field's own parameters bend to
 make up for wrong colours (a fBm's gain shrinking under a too-contrasty ramp). The
 positions are found around the fitted ones by a coordinate search with the colours solved
-at every trial (variable projection).
+at every trial (variable projection). Over positions in order each pixel blends two
+neighbouring stops, linearly in the field, so the normal equations are sums, over the
+pixels between neighbouring positions, of 1, v, v^2, T and vT: with the pixels sorted by
+their field value once (FieldSums), every trial of the search costs a few lookups in
+prefix sums instead of a pass over the pixels.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ from bakery.stages.procedural.dsl import Node
 SPAN = 16.0
 #: Coordinate-search steps, as shares of the field's range.
 STEPS = (0.1, 0.03, 0.01, 0.003, 0.001, 0.0003)
-#: Pixels the position search looks at (a fixed random subset of larger images).
-SEARCH_PIXELS = 8192
+#: Neighbouring positions closer than this blend as the shader's clamped span does
+#: (bk_ramp_segment); such trials take the per-pixel path.
+MIN_SPAN = 1e-4
 
 
 def projectable(structure: Node) -> bool:
@@ -50,23 +55,85 @@ def weights(v: np.ndarray, positions: np.ndarray) -> np.ndarray:
     w[:, 0] = 1.0
     for i in range(1, n):
         span = positions[i] - positions[i - 1]
-        if abs(span) < 1e-4:
-            span = -1e-4 if span < 0 else 1e-4
+        if abs(span) < MIN_SPAN:
+            span = -MIN_SPAN if span < 0 else MIN_SPAN
         t = np.clip((v - positions[i - 1]) / span, 0.0, 1.0)[:, None]
         w *= 1.0 - t
         w[:, i:i + 1] += t
     return w
 
 
+def _solve(gram: np.ndarray, cross: np.ndarray, tt: float, count: int) -> tuple[np.ndarray, float]:
+    """Colours from the normal equations (a stop no pixel reaches gets a tiny ridge, and
+    keeps colour 0) and the MSE they leave, without forming the residual."""
+    n = len(gram)
+    colours = np.linalg.solve(gram + 1e-9 * max(1.0, float(np.trace(gram))) * np.eye(n), cross)
+    sse = tt - 2.0 * float((colours * cross).sum()) + float((colours * (gram @ colours)).sum())
+    return colours, max(0.0, sse) / count
+
+
 def solve_colours(v: np.ndarray, target: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, float]:
     """Least-squares colours for ``positions`` and the pixel MSE they leave."""
     w = weights(v, positions)
-    # Normal equations (a stop no pixel reaches gets a tiny ridge, and keeps colour 0);
-    # the error from them too, without forming the residual.
-    gram, cross = w.T @ w, w.T @ target
-    colours = np.linalg.solve(gram + 1e-9 * max(1.0, float(np.trace(gram))) * np.eye(len(positions)), cross)
-    sse = float((target * target).sum() - 2.0 * (colours * cross).sum() + (colours * (gram @ colours)).sum())
-    return colours, max(0.0, sse) / target.size
+    return _solve(w.T @ w, w.T @ target, float((target * target).sum()), target.size)
+
+
+class FieldSums:
+    """A field ``v`` [N] and target ``t`` [N, 3] sorted by field value, with prefix sums of
+    1, v, v^2, t and v t (v centred on its mean, so the sums keep their precision): the
+    normal equations of any ordered set of positions from a binary search per position."""
+
+    def __init__(self, v: np.ndarray, t: np.ndarray):
+        order = np.argsort(v)  # ties in any order: their sums are the same
+        self.v, self.t = v[order], t[order]
+        self.centre = float(self.v.mean()) if v.size else 0.0
+        d = self.v - self.centre
+        prefix = np.empty((v.size + 1, 9))
+        prefix[0] = 0.0
+        prefix[1:, 0], prefix[1:, 1], prefix[1:, 2] = 1.0, d, d * d
+        prefix[1:, 3:6], prefix[1:, 6:9] = self.t, d[:, None] * self.t
+        self.prefix = np.cumsum(prefix, axis=0, out=prefix)
+        self.tt = float(np.einsum("ij,ij->", t, t))
+
+    def solve(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`solve_colours` of these pixels for each row of ``positions`` [B, n]:
+        colours [B, n, 3] and MSEs [B], from the sums where a row is in order (each
+        position at least MIN_SPAN past the one before), per pixel otherwise."""
+        p = np.atleast_2d(np.asarray(positions, np.float64))
+        b, n = p.shape
+        colours, mses = np.zeros((b, n, 3)), np.zeros(b)
+        ordered = np.all(np.diff(p, axis=1) >= MIN_SPAN, axis=1)
+        for i in np.flatnonzero(~ordered):
+            colours[i], mses[i] = solve_colours(self.v, self.t, p[i])
+        q = p[ordered]
+        if not len(q):
+            return colours, mses
+        m = len(q)
+        edges = np.concatenate([np.zeros((m, 1), np.intp), np.searchsorted(self.v, q, side="left"),
+                                np.full((m, 1), len(self.v))], axis=1)
+        seg = self.prefix[edges[:, 1:]] - self.prefix[edges[:, :-1]]  # [m, n + 1, 9]: pixels between positions
+        gram, cross = np.zeros((m, n, n)), np.zeros((m, n, 3))
+        gram[:, 0, 0] += seg[:, 0, 0]                # below the first position: its colour alone
+        cross[:, 0] += seg[:, 0, 3:6]
+        gram[:, n - 1, n - 1] += seg[:, n, 0]        # from the last one on: its colour alone
+        cross[:, n - 1] += seg[:, n, 3:6]
+        for k in range(1, n):                        # between positions k - 1 and k: blend t = (v - a) / s
+            one, sd, sdd, st, sdt = seg[:, k, 0], seg[:, k, 1], seg[:, k, 2], seg[:, k, 3:6], seg[:, k, 6:9]
+            a, s = q[:, k - 1] - self.centre, q[:, k] - q[:, k - 1]
+            t1 = (sd - a * one) / s
+            t2 = (sdd - 2.0 * a * sd + a * a * one) / (s * s)
+            tc = (sdt - a[:, None] * st) / s[:, None]
+            gram[:, k - 1, k - 1] += one - 2.0 * t1 + t2
+            gram[:, k - 1, k] += t1 - t2
+            gram[:, k, k - 1] += t1 - t2
+            gram[:, k, k] += t2
+            cross[:, k - 1] += st - tc
+            cross[:, k] += tc
+        ridge = 1e-9 * np.maximum(1.0, np.trace(gram, axis1=1, axis2=2))[:, None, None] * np.eye(n)
+        c = np.linalg.solve(gram + ridge, cross)
+        sse = self.tt - 2.0 * (c * cross).sum(axis=(1, 2)) + (c * (gram @ c)).sum(axis=(1, 2))
+        colours[ordered], mses[ordered] = c, np.maximum(0.0, sse) / self.t.size
+        return colours, mses
 
 
 def project(v: np.ndarray, target: np.ndarray, positions: np.ndarray,
@@ -74,28 +141,24 @@ def project(v: np.ndarray, target: np.ndarray, positions: np.ndarray,
     """Positions (coordinate search from ``positions``; kept as given without ``search``)
     and colours (solved) of the ramp that best maps field ``v`` [H, W] onto ``target``
     [H, W, 3]; returns them and the MSE."""
-    v_all = np.asarray(v, np.float64).reshape(-1)
-    t_all = np.asarray(target, np.float64).reshape(-1, 3)
-    v, t = v_all, t_all
-    if search and v.size > SEARCH_PIXELS:  # the search on a fixed random subset, the answer on all
-        keep = np.random.default_rng(0).choice(v.size, SEARCH_PIXELS, replace=False)
-        v, t = v[keep], t[keep]
-    span = max(1e-6, float(v.max() - v.min()))
+    v = np.asarray(v, np.float64).reshape(-1)
+    t = np.asarray(target, np.float64).reshape(-1, 3)
     best = np.asarray(positions, np.float64).copy()
-    colours, mse = solve_colours(v, t, best)
-    for step in STEPS if search else ():
-        improved, rounds = True, 0
-        while improved and rounds < 8:
-            improved, rounds = False, rounds + 1
-            for i in range(len(best)):
-                for sign in (-1.0, 1.0):
-                    trial = best.copy()
-                    trial[i] += sign * step * span
-                    c, m = solve_colours(v, t, trial)
-                    if m < mse * (1 - 1e-9):
-                        best, colours, mse, improved = trial, c, m, True
-    if v is not v_all:
-        colours, mse = solve_colours(v_all, t_all, best)
+    if not search:
+        colours, mse = solve_colours(v, t, best)
+        return best, colours, mse
+    sums = FieldSums(v, t)
+    span = max(1e-6, float(v.max() - v.min()))
+    (colours,), (mse,) = sums.solve(best)
+    moves = np.concatenate([-np.eye(len(best)), np.eye(len(best))])  # each position down, then up
+    for step in STEPS:
+        for _ in range(8):  # every move of this step tried at once; the best that lowers the MSE taken
+            trials = best + step * span * moves
+            found, mses = sums.solve(trials)
+            k = int(np.argmin(mses))
+            if not mses[k] < mse * (1 - 1e-9):
+                break
+            best, colours, mse = trials[k], found[k], float(mses[k])
     return best, colours, mse
 
 

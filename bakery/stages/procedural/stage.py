@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from dataclasses import replace
 
 import numpy as np
 
 from bakery.baselines import bcn
+from bakery import phases
 from bakery.baselines.resample import downsample_area
 from bakery.errors import UsageError
 from bakery.formats.images import encode_png, load_image
@@ -56,6 +58,37 @@ PRESETS = Presets({
 })
 #: The search budget the manifest's ``search`` repeats.
 BUDGET = ("generations", "population", "beam", "restarts", "steps", "batch", "fit_size", "refine_steps")
+#: Starts the log line (JSON follows) that splits a task's seconds: the search, the
+#: outputs, the neural baseline, each into kernel compiling, waiting for the device and
+#: the host's own work (bench/procedural.py reads it back). A log line, never the bundle,
+#: whose bytes must not depend on timings.
+SECONDS_LOG_PREFIX = "procedural seconds: "
+
+
+class DeviceSplit:
+    """Seconds of a stretch of a task, split by what the device's counters say: compiling
+    kernels (bakery.device.KernelCacheStats), waiting for submissions to finish (on a
+    GPU: the device at work) and the rest (the host's own work: Python, numpy, recording
+    dispatches)."""
+
+    def __init__(self, device):
+        self.device = device
+        self.record: dict[str, float | int] = {}
+        self._mark = self._now()
+
+    def _now(self) -> tuple[float, float, int, float]:
+        cache = getattr(self.device, "kernel_cache", None)
+        return (time.perf_counter(), getattr(cache, "compile_s", 0.0), getattr(cache, "kernels", 0),
+                getattr(self.device, "waited_s", 0.0))
+
+    def lap(self, name: str) -> None:
+        """Books the seconds since the last lap (or the start) as ``name``."""
+        now = self._now()
+        wall, compile_s, kernels, waited = (b - a for a, b in zip(self._mark, now))
+        self._mark = now
+        self.record.update({f"{name}_s": round(wall, 3), f"{name}_compile_s": round(compile_s, 3),
+                            f"{name}_kernels": kernels, f"{name}_device_wait_s": round(waited, 3),
+                            f"{name}_host_s": round(max(0.0, wall - compile_s - waited), 3)})
 
 
 @register
@@ -131,9 +164,12 @@ class Procedural(Stage):
         config = SearchConfig(generations=used["generations"], population=used["population"], beam=used["beam"],
                               restarts=used["restarts"], complexity_weight=params["complexity_weight"], fit=fit,
                               refine_steps=used["refine_steps"], tile=tile)
+        split = DeviceSplit(device)
         search = Search(device, fit_target, config, builtin, command, seed=ctx.seed, log=ctx.log,
                         progress=ctx.progress, detail=rgb)
-        best = search.run()
+        with phases.time("training"):
+            best = search.run()
+        split.lap("search")
         program = best.program
 
         sources = {lang: codegen.generate(program, lang, (w, h), tile=tile) for lang in codegen.LANGUAGES}
@@ -169,10 +205,14 @@ class Procedural(Stage):
                      score)
         from bakery.baselines.material import same_bytes_image
 
-        bc7 = same_bytes_image(rgb, program_bytes)
-        nt = neural_texture_of_equal_bytes(device, rgb, program_bytes, steps=params["baseline_steps"],
-                                           batch=params["baseline_batch"], seed=ctx.seed,
-                                           target_stats=target_stats)
+        split.lap("outputs")
+        with phases.time("baselines"):
+            bc7 = same_bytes_image(rgb, program_bytes)
+            nt = neural_texture_of_equal_bytes(device, rgb, program_bytes, steps=params["baseline_steps"],
+                                               batch=params["baseline_batch"], seed=ctx.seed,
+                                               target_stats=target_stats)
+        split.lap("baseline")
+        ctx.log.info("%s%s", SECONDS_LOG_PREFIX, json.dumps(split.record, sort_keys=True))
         out.write_png("neural_texture.png", nt.pop("decoded"), role="preview")
         verdict = _against_baselines(score, tex, bc7, nt, budget_reason(PRESETS, params, key="generations",
                                                                        unit="search generations"))
