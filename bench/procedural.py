@@ -115,7 +115,7 @@ def bake_target(name: str, kind: str, src: Path, reference_nodes, params: list[s
     out = src.parent
     t0, c0 = time.perf_counter(), time.process_time()
     seconds = _SecondsLine()
-    logging.getLogger().addHandler(seconds)
+    logging.getLogger("bakery").addHandler(seconds)  # not the root's: the CLI configures that
     try:
         m = run_cli(["run", "procedural", src, "-o", out / f"{name}_proc", "--seed", seed, "--device", device,
                      *sum((["--param", p] for p in params), []), "--param", f"baseline_steps={nt_steps}",
@@ -125,7 +125,7 @@ def bake_target(name: str, kind: str, src: Path, reference_nodes, params: list[s
         return {"target": name, "kind": kind, "error": f"{type(e).__name__}: {text[0] if text else ''}",
                 "wall_s": round(time.perf_counter() - t0, 2), "cpu_s": round(time.process_time() - c0, 2)}
     finally:
-        logging.getLogger().removeHandler(seconds)
+        logging.getLogger("bakery").removeHandler(seconds)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     met = dict(m["metrics"], psnr_db=float(m["metrics"]["psnr_db"]))  # "inf" when exact
     row = {"target": name, "kind": kind, "psnr_db": met["psnr_db"], "texture_loss": met["texture_loss"],

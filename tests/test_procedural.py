@@ -319,6 +319,66 @@ def test_ramp_colours_are_solved_in_any_order():
     assert np.allclose(found_col, colours, atol=0.01) and np.allclose(found_pos, positions, atol=2e-3)
 
 
+def test_ramp_normal_equations_from_prefix_sums_match_the_per_pixel_solve():
+    """FieldSums (the position search's solver) gives what the per-pixel solve gives, for
+    ordered positions, positions out of order, and positions outside the field's range."""
+    from bakery.stages.procedural import ramps
+    rng = np.random.default_rng(3)
+    v = rng.normal(size=5000) * 2.0
+    t = rng.uniform(size=(5000, 3))
+    trials = np.array([[-1.0, 0.2, 2.0], [-2.0, -1.0, 0.5], [0.5, 0.2, 1.0], [-10.0, -9.0, -8.0], [30.0, 40.0, 50.0]])
+    colours, mses = ramps.FieldSums(v, t).solve(trials)
+    for p, c, m in zip(trials, colours, mses):
+        want_c, want_m = ramps.solve_colours(v, t, p)
+        assert np.allclose(c, want_c, atol=1e-8) and m == pytest.approx(want_m, rel=1e-9, abs=1e-14)
+
+
+def test_splitting_a_batch_into_modules_changes_no_job(device, monkeypatch):
+    """Each job samples by its own index, so fitting structures in modules of one gives
+    exactly what one module of all of them gives (fit.MODULE_STRUCTURES)."""
+    target = render_shader(device, program(GENERATORS["checker_ramp"]), 32, 32)
+    stats = texture_stats.statistics(target)
+    structures = [program(GENERATORS[n]).structure() for n in ("checker_ramp", "bricks", "striped_gradient")]
+    jobs = [(s, dsl.flatten(program(GENERATORS[n]))) for s, n in
+            enumerate(("checker_ramp", "bricks", "striped_gradient"))]
+    cfg = fit.FitConfig(steps=4, batch=512, texture_weight=1.0)
+    together = fit.fit_jobs(device, target, stats, structures, jobs, cfg)
+    monkeypatch.setattr(fit, "MODULE_STRUCTURES", 1)
+    apart = fit.fit_jobs(device, target, stats, structures, jobs, cfg)
+    for a, b in zip(together, apart):
+        assert a.structure == b.structure and np.array_equal(a.params, b.params)
+        assert np.array_equal(a.render, b.render)
+
+
+def test_a_pipeline_the_driver_cannot_build_is_one_line_naming_the_kernel(device):
+    """The driver's pipeline failure (seen as VK_ERROR_UNKNOWN on a GPU) surfaces when the
+    kernel is linked, as one TaskError line, not a traceback at some later dispatch."""
+    import copy
+
+    from bakery.errors import TaskError
+
+    class Refusing:
+        def __init__(self, spy):
+            self._spy = spy
+
+        def __getattr__(self, name):
+            return getattr(self._spy, name)
+
+        def create_compute_kernel(self, program):
+            raise RuntimeError("createComputePipeline failed with error: -2147467259 (SLANG_FAIL) RHI messages: "
+                               "driver: createPipelineFunc call failed\n  result: -13 (VK_ERROR_UNKNOWN)\n")
+
+    refusing = copy.copy(device)
+    refusing.spy, refusing._programs = Refusing(device.spy), {}
+    refusing.kernel_cache = type(device.kernel_cache)()
+    source = fit.fit_source([program(GENERATORS["checker_ramp"]).structure()], False, False)
+    with pytest.raises(TaskError) as e:
+        refusing.kernel(source, "render")
+    assert str(e.value) == (f"compiling kernel 'render' for {device.info.adapter} failed: the driver returned "
+                            "VK_ERROR_UNKNOWN creating its pipeline")
+    assert refusing.kernel_cache.kernels == 0 and refusing.kernel_cache.compile_s > 0.0
+
+
 @pytest.mark.slow
 def test_a_noise_target_is_recovered(device, tmp_path):
     """Thresholded value noise (spots) comes back with its lattice where it was drawn."""
