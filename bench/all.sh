@@ -26,7 +26,7 @@ command_of() {
                           && echo --timeout=240)" ;;
     mipmap)          echo "python3 bench/mipmap.py --device vulkan --no-ablation" ;;
     fit)             echo "python3 bench/fit.py --device vulkan" ;;
-    procedural)      echo "python3 bench/procedural.py --device vulkan --workers 5" ;;
+    procedural)      echo "python3 bench/procedural.py --device vulkan --workers 6" ;;
     train_texture)   echo "python3 bench/train_texture.py --device vulkan --steps 500" ;;
     ntc)             echo "python3 bench/ntc.py --device vulkan --big 2048 --big-steps 2000 --check 500" ;;
     ntc_scatter)     echo "python3 bench/ntc.py --device vulkan --bpp --big 2048 --big-steps 1000 --check 500" \

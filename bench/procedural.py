@@ -18,7 +18,7 @@ by a time limit keeps what it finished; a target that fails gets a row with its 
 error and the others go on. Each worker's numpy/BLAS threads are capped (--threads), so
 workers x threads does not oversubscribe the host's cores.
 
-    python3 bench/procedural.py --device vulkan --workers 5    # H200: 5 targets at once share the GPU
+    python3 bench/procedural.py --device vulkan --workers 6    # H200: 6 targets at once share the GPU
     python3 bench/procedural.py --device software --small                # CPU smoke run
     python3 bench/procedural.py --device software --nt-steps 300         # 256^2 at the CPU preset
 Prints a table and writes JSON (bench/out/procedural.json).

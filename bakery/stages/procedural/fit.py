@@ -223,11 +223,13 @@ def screen_jobs(device, target: np.ndarray, structures: Sequence[Node], jobs: Se
 
 
 def render_jobs(device, structures: Sequence[Node], jobs: Sequence[tuple[int, np.ndarray]], width: int,
-                height: int, *, tile: bool = False) -> np.ndarray:
+                height: int, *, tile: bool = False, texture: bool = False) -> np.ndarray:
     """Renders every job (structure index, parameters) at any size, one dispatch per
-    module, through the fitting kernels: [jobs, height, width, 3]."""
+    module, through the fitting kernels: [jobs, height, width, 3]. ``texture``: through
+    the modules that fit with the texture term (the same render, no compile where they
+    exist already)."""
     blank = np.zeros((height, width, 3), np.float32)
-    cfg = FitConfig(steps=0, batch=width * height, texture_weight=0.0, tile=tile)
+    cfg = FitConfig(steps=0, batch=width * height, texture_weight=1.0 if texture else 0.0, tile=tile)
     n = width * height
     out = np.zeros((len(jobs), height, width, 3), np.float32)
     for module, members, local in by_module(structures, jobs):

@@ -33,13 +33,15 @@ def projectable(structure: Node) -> bool:
     return structure.op == "ramp"
 
 
-def field_reader(structure: Node, values: np.ndarray) -> tuple[Node, np.ndarray]:
-    """The program that renders the field under ``structure``'s root ramp, and its
-    parameters: the ramp's child through a black-to-white ramp over [-SPAN, SPAN]."""
+def field_params(structure: Node, values: np.ndarray) -> np.ndarray:
+    """``values`` with ``structure``'s root ramp made to draw the field it reads: black at
+    -SPAN to white at SPAN, any further stops white just past SPAN (they change nothing:
+    bk_ramp_segment blends white into white). The structure's own fitting module renders
+    it, so reading a field compiles nothing."""
     n = int(structure.attr["stops"])
-    reader = Node("ramp", structure.inputs, (("stops", 2),), ())
-    head = np.array([-SPAN, SPAN, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0])
-    return reader, np.concatenate([head, np.asarray(values, np.float64)[4 * n:]])
+    positions = np.concatenate([[-SPAN, SPAN], SPAN + 1e-3 * np.arange(1, n - 1)])
+    colours = np.concatenate([np.zeros(3), np.ones(3 * (n - 1))])
+    return np.concatenate([positions, colours, np.asarray(values, np.float64)[4 * n:]])
 
 
 def field_values(render: np.ndarray) -> np.ndarray:

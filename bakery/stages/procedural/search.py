@@ -19,7 +19,7 @@ import numpy as np
 from bakery.baselines.resample import downsample_area
 from bakery.stages.procedural import locate, ramps, texture_stats
 from bakery.stages.procedural.dsl import (COLOUR_STEP, INTEGER, RATIONAL, Node, complexity, flatten, instructions,
-                                          param_count, param_scales, param_snaps, periodic, with_params)
+                                          param_scales, param_snaps, periodic, with_params)
 from bakery.stages.procedural.fit import FitConfig, JobResult, fit_jobs, render_jobs, screen_jobs
 
 
@@ -393,23 +393,12 @@ class Search:
         todo = [i for i, (s, _) in enumerate(jobs) if ramps.projectable(structures[s])]
         if not todo:
             return out, mses
-        # One reader per structure of the batch, whichever jobs ask: every call for this
-        # batch then shares one compiled module.
-        readers, index = [], {}
-        for s, structure in enumerate(structures):
-            if ramps.projectable(structure):
-                reader, _ = ramps.field_reader(structure, np.zeros(param_count(structure)))
-                k = reader.key()
-                if k not in index:
-                    index[k] = len(readers)
-                    readers.append(reader)
-        field_jobs = []
-        for i in todo:
-            s, values = jobs[i]
-            reader, reader_values = ramps.field_reader(structures[s], values)
-            field_jobs.append((index[reader.key()], reader_values))
+        # Each field drawn by its own structure (ramps.field_params), through the modules the
+        # batch is fitted with: reading fields compiles nothing.
+        field_jobs = [(jobs[i][0], ramps.field_params(structures[jobs[i][0]], jobs[i][1])) for i in todo]
         h, w = target.shape[:2]
-        renders = render_jobs(self.device, readers, field_jobs, w, h, tile=self.config.fit.tile)
+        renders = render_jobs(self.device, structures, field_jobs, w, h, tile=self.config.fit.tile,
+                              texture=self.config.fit.texture_weight > 0.0)
         variance = max(1e-12, float(np.mean((target - target.reshape(-1, 3).mean(axis=0)) ** 2)))
         for i, render in zip(todo, renders):
             s, values = jobs[i]
