@@ -231,13 +231,17 @@ def render_jobs(device, structures: Sequence[Node], jobs: Sequence[tuple[int, np
     blank = np.zeros((height, width, 3), np.float32)
     cfg = FitConfig(steps=0, batch=width * height, texture_weight=1.0 if texture else 0.0, tile=tile)
     n = width * height
-    out = np.zeros((len(jobs), height, width, 3), np.float32)
-    for module, members, local in by_module(structures, jobs):
+    modules = by_module(structures, jobs)
+    out = None if len(modules) == 1 else np.empty((len(jobs), height, width, 3), np.float32)
+    for module, members, local in modules:
         objective = BatchObjective(device, blank, module, local, cfg)
         trainer = Trainer(device, None, objective, TrainConfig(steps=0, batch=objective.threads()))
         trainer.run_kernel("render", len(local) * n, objective.uniforms(0))
-        out[members] = objective._render.to_numpy().view(np.float32)[: len(local) * n * 3].reshape(
+        renders = objective._render.to_numpy().view(np.float32)[: len(local) * n * 3].reshape(
             len(local), height, width, 3)
+        if out is None:  # one module: its read-back array is the answer
+            return renders
+        out[members] = renders
     return out
 
 
