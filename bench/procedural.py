@@ -190,6 +190,7 @@ def main() -> None:
 
     rows = {}
     started = time.perf_counter()
+    a.out = a.out.resolve()
     a.out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp, \
             ProcessPoolExecutor(a.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -207,8 +208,8 @@ def main() -> None:
             rows[jobs[done]] = row
             print(row_line(row), flush=True)
             # After every target: a run cut by its time limit keeps what it finished.
-            write(a.out, dev, size, params, nt_steps, a, threads, targets, rows, started)
-    summary = write(a.out, dev, size, params, nt_steps, a, threads, targets, rows, started)
+            write(a.out, dev, size, params, nt_steps, a, threads, targets, rows, started, partial=True)
+    summary = write(a.out, dev, size, params, nt_steps, a, threads, targets, rows, started, partial=False)
     print(json.dumps(summary))
     print(f"wrote {a.out}")
 
@@ -268,15 +269,17 @@ def summarise(rows: list[dict], workers: int, started: float) -> dict:
 
 
 def write(path: Path, dev, size: int, params: list[str], nt_steps: int, a, threads: int, targets: dict,
-          rows: dict, started: float) -> dict:
-    """Writes the JSON of the targets finished so far (in the suite's order); returns its summary."""
+          rows: dict, started: float, *, partial: bool) -> dict:
+    """Writes the JSON of the targets finished so far (in the suite's order; ``partial``
+    until the last); returns its summary."""
     ordered = [rows[name] for name in targets if name in rows]
     summary = summarise(ordered, a.workers, started)
     text = json.dumps({"device": dev.info.to_dict(), "size": size, "stage_params": params,
                        "neural_texture_steps": nt_steps, "seed": a.seed, "workers": a.workers,
-                       "threads_per_worker": threads, "targets_planned": list(targets), "summary": summary,
+                       "threads_per_worker": threads, "targets_planned": list(targets), "partial": partial,
+                       "summary": summary,
                        "targets": ordered}, indent=2)
-    tmp = path.with_suffix(".json.tmp")
+    tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
     return summary
