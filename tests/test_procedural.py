@@ -482,7 +482,8 @@ def test_a_loss_to_either_baseline_is_the_verdict_and_the_other_is_named():
     assert loses_to_both.reason.endswith("CPU budget")
 
 
-def test_stage_reports_the_neural_texture_of_equal_bytes(device, tmp_path):
+def test_stage_reports_the_neural_texture_of_equal_bytes(device, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="bakery")
     y, x = np.mgrid[0:48, 0:48] / 48.0
     target = np.stack([0.5 + 0.4 * np.sin(12 * x), 0.3 + 0.2 * y, 0.5 + 0 * x], -1).astype(np.float32)
     r = run_stage(write_png(tmp_path / "t.png", target), tmp_path / "out", "generations=1", "population=2",
@@ -498,6 +499,17 @@ def test_stage_reports_the_neural_texture_of_equal_bytes(device, tmp_path):
     from report_check import assert_section
 
     assert "a neural texture of equal bytes" in assert_section(tmp_path / "out", images=3)
+    # Where the task's seconds went, for bench/procedural.py: a log line, not the bundle.
+    from bakery.stages.procedural.stage import SECONDS_LOG_PREFIX
+
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith(SECONDS_LOG_PREFIX)]
+    seconds = json.loads(line[len(SECONDS_LOG_PREFIX):])
+    for part in ("search", "outputs", "baseline"):
+        wall = seconds[f"{part}_s"]
+        split = seconds[f"{part}_compile_s"] + seconds[f"{part}_device_wait_s"] + seconds[f"{part}_host_s"]
+        assert wall > 0 and split == pytest.approx(wall, abs=0.01)
+    assert seconds["search_kernels"] >= 0 and seconds["search_device_wait_s"] > 0
+    assert "search_compile_s" not in (tmp_path / "out" / "manifest.json").read_text()
 
 
 def test_a_washed_out_likeness_of_a_stochastic_target_gets_its_contrast_back(device):
