@@ -7,7 +7,7 @@
 #
 # NAME: suite | mipmap | fit | procedural | train_texture | ntc | ntc_scatter | ntc_updates | ntc_touched |
 #       ntc_repeat | ntc_options | backward_anatomy | neural_material | runners | scale | determinism |
-#       studio_library | rebake | library
+#       studio_library | studio_library_STAGE[_SET] | rebake | library
 # SUITE_ARGS: extra pytest arguments for the suite (e.g. --ignore=tests/test_view.py where no browser is installed).
 # The machine needs slangpy, a Vulkan driver and the packages pyproject.toml names (see README).
 set -u
@@ -57,8 +57,12 @@ command_of() {
     scale)           echo "python3 bench/scale.py --device vulkan --gpus 1" ;;
     # the default pipeline baked twice locally (--verify-determinism) and once through Ray, byte for byte
     determinism)     echo "python3 bench/determinism.py --device vulkan --ray --out bench/out/determinism.json" ;;
-    # a 4096^2 six-map set in Unreal's naming and packing through ntc, mipmap, neural_material
+    # a 4096^2 six-map set in Unreal's naming and packing through ntc, mipmap, neural_material;
+    # studio_library_STAGE[_SET] bakes one stage (and one set) over the sets an earlier item wrote
     studio_library)  echo "python3 bench/studio_library.py --device vulkan" ;;
+    studio_library_*) rest=${1#studio_library_}; set=${rest##*_}
+                     case "$set" in unreal|plain) rest=${rest%_*} ;; *) set="unreal plain" ;; esac
+                     echo "python3 bench/studio_library.py --device vulkan --stages $rest --sets $set" ;;
     # a generated studio library (2048^2, every naming convention) through ntc, mipmap and
     # neural_material, cold then warm caches: materials per GPU-hour, GPU busy, phases
     library)         echo "python3 bench/library.py --device vulkan ${LIBRARY_ARGS:-}" ;;
