@@ -122,21 +122,26 @@ def link_compile_cache(folder: Path, work: Path) -> None:
 
 
 #: The line a bake logs as each task ends (bakery.progress.StageProgress.finished, without a TTY).
-TASK_DONE = re.compile(r"\[\d+/\d+\] \S+ (built|cached|failed|skipped)\b")
+TASK_DONE = re.compile(r"\[\d+/\d+\] (?P<stage>[^/\s]+)/(?P<asset>\S+) (?P<status>built|cached|failed|skipped)\b"
+                       r"(?: in (?P<seconds>[\d.]+) s)?")
 
 
 def run_streamed(cmd: list[str], *, cwd: Path, env: dict[str, str], echo: str | None = "    ",
-                 tail_chars: int = 4000) -> tuple[int, str]:
+                 tail_chars: int = 4000, on_task=None) -> tuple[int, str]:
     """Runs ``cmd``, echoing each task-finished line of a bake as it comes (prefixed with
-    ``echo``; None: silent), so a run cut at its time limit still shows what it finished;
-    returns the exit code and the tail of its output (stdout and stderr together)."""
+    ``echo``; None: silent), so a run cut at its time limit still shows what it finished,
+    and handing it to ``on_task(line)`` where given; returns the exit code and the tail of
+    its output (stdout and stderr together)."""
     tail: collections.deque[str] = collections.deque()
     size = 0
     with subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           errors="replace") as p:
         for line in p.stdout:
-            if echo is not None and TASK_DONE.search(line):
-                print(echo + line.rstrip(), flush=True)
+            if TASK_DONE.search(line):
+                if echo is not None:
+                    print(echo + line.rstrip(), flush=True)
+                if on_task is not None:
+                    on_task(line)
             tail.append(line)
             size += len(line)
             while size > tail_chars and len(tail) > 1:
