@@ -7,6 +7,7 @@
 #
 # NAME: suite | mipmap | fit | procedural | train_texture | ntc | ntc_scatter | ntc_updates | ntc_touched |
 #       ntc_repeat | ntc_options | backward_anatomy | neural_material | runners | scale | determinism |
+#       determinism_STAGE |
 #       studio_library | studio_library_STAGE[_SET] | rebake | library
 # SUITE_ARGS: extra pytest arguments for the suite (e.g. --ignore=tests/test_view.py where no browser is installed).
 # The machine needs slangpy, a Vulkan driver and the packages pyproject.toml names (see README).
@@ -57,6 +58,9 @@ command_of() {
     scale)           echo "python3 bench/scale.py --device vulkan --gpus 1" ;;
     # the default pipeline baked twice locally (--verify-determinism) and once through Ray, byte for byte
     determinism)     echo "python3 bench/determinism.py --device vulkan --ray --out bench/out/determinism.json" ;;
+    # one stage of it (texture, compress, shader_fit, mips, procedural, neural_material), where a call's time allows no more
+    determinism_*)   echo "python3 bench/determinism.py --device vulkan --ray --only ${1#determinism_}" \
+                          "--out bench/out/determinism_${1#determinism_}.json" ;;
     # a 4096^2 six-map set in Unreal's naming and packing through ntc, mipmap, neural_material;
     # studio_library_STAGE[_SET] bakes one stage (and one set) over the sets an earlier item wrote
     studio_library)  echo "python3 bench/studio_library.py --device vulkan" ;;
