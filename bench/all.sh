@@ -58,7 +58,7 @@ command_of() {
     scale)           echo "python3 bench/scale.py --device vulkan --gpus 1" ;;
     # the default pipeline baked twice locally (--verify-determinism) and once through Ray, byte for byte
     determinism)     echo "python3 bench/determinism.py --device vulkan --ray --out bench/out/determinism.json" ;;
-    # one stage of it (texture, compress, shader_fit, mips, procedural, neural_material), where a call's time allows no more
+    # one stage of it (texture, compress, shader_fit, mips, procedural, neural_material)
     determinism_*)   echo "python3 bench/determinism.py --device vulkan --ray --only ${1#determinism_}" \
                           "--out bench/out/determinism_${1#determinism_}.json" ;;
     # a 4096^2 six-map set in Unreal's naming and packing through ntc, mipmap, neural_material;

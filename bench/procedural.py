@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import multiprocessing
 import sys
 import tempfile
@@ -146,6 +147,18 @@ def main() -> None:
 
     rows = {}
     started = time.perf_counter()
+    a.out = a.out.resolve()
+
+    def save(**final) -> None:
+        """After every target (a run cut at its time limit keeps the finished ones), and at the end."""
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = a.out.with_name(f".{a.out.name}.tmp")
+        tmp.write_text(json.dumps({"device": dev.info.to_dict(), "size": size, "stage_params": params,
+                                   "neural_texture_steps": nt_steps, "seed": a.seed, "workers": a.workers,
+                                   **final, "targets": rows if isinstance(rows, list) else list(rows.values())},
+                                  indent=2))
+        os.replace(tmp, a.out)
+
     with tempfile.TemporaryDirectory() as tmp, \
             ProcessPoolExecutor(a.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         jobs = {}
@@ -165,6 +178,7 @@ def main() -> None:
                   f"bc7 {row['bc7_bytes']}  {row['wall_s']:6.1f} s (cpu {row['cpu_s']:.1f} s)"
                   + (f"  | NT {nt['weights_bytes']} B: psnr {nt['psnr_db']:.2f} tex {nt['texture_loss']:.2e}"
                      if nt else ""), flush=True)
+            save(partial=True)
     rows = [rows[name] for name in targets]
 
     gen = [r for r in rows if r["kind"] == "generated"]
@@ -189,11 +203,7 @@ def main() -> None:
     summary["elapsed_s"] = round(time.perf_counter() - started, 1)
     summary["workers"] = a.workers
     print(json.dumps(summary))
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps({"device": dev.info.to_dict(), "size": size, "stage_params": params,
-                                 "neural_texture_steps": nt_steps, "seed": a.seed,
-                                 "workers": a.workers, "summary": summary,
-                                 "targets": rows}, indent=2))
+    save(summary=summary)
     print(f"wrote {a.out}")
 
 
