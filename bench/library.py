@@ -163,9 +163,9 @@ class Progress:
     GPU-hour (finished tasks / stages, over the wall so far), GPU busy and peak memory,
     printed every ``every`` tasks and handed to ``save`` (the JSON) after each task."""
 
-    def __init__(self, caches: str, stages: int, total_tasks: int, gpu: W.GpuSampler, save, every: int = 10):
+    def __init__(self, caches: str, stages: int, total_tasks: int, gpu: W.GpuSampler, save, every: int | None = None):
         self.caches, self.stages, self.total, self.gpu = caches, stages, total_tasks, gpu
-        self.save, self.every = save, every
+        self.save, self.every = save, every or max(1, min(10, total_tasks // 10))
         self.started = time.perf_counter()
         self.per_stage: dict[str, dict] = {}
         self.done = 0
@@ -344,12 +344,13 @@ def main() -> int:
     root = args.work.resolve() if args.work else Path(tempfile.mkdtemp(prefix="bakery-library-"))
     try:
         shutil.rmtree(root / "lib", ignore_errors=True)
+        print(f"library: writing {args.count} materials at {args.size}^2 under {root}", flush=True)
         t0 = time.perf_counter()
         conventions = write_library(root, args.count, args.size, args.seed, workers=max(1, (os.cpu_count() or 2) - 1))
         written_s = time.perf_counter() - t0
         baked = min(args.bake or args.count, args.count)
-        print(f"library: {args.count} materials at {args.size}^2 in {written_s:.1f} s ({conventions}) under {root}; "
-              f"baking {baked}")
+        print(f"library: {args.count} materials at {args.size}^2 written in {written_s:.1f} s ({conventions}); "
+              f"baking {baked}", flush=True)
         pipeline = write_pipeline(root, args.device)
         env = W.bake_env(root)
         env["XDG_CACHE_HOME"] = str(root / "xdg")   # Slang, Mesa and driver caches: cold at first
