@@ -233,8 +233,8 @@ def format_row(r: dict) -> str:
             + ("" if r["exit"] == 0 else f"  FAILED (exit {r['exit']})"))
 
 
-def earlier_rows(out: Path, stamp: dict, device: str) -> list[dict]:
-    """Rows an earlier run wrote over the same sets and device (one stage per call)."""
+def earlier_rows(out: Path, stamp: dict, settings: dict) -> list[dict]:
+    """Rows an earlier run wrote over the same sets, device and step counts (one stage per call)."""
     if not out.is_file():
         return []
     try:
@@ -242,7 +242,7 @@ def earlier_rows(out: Path, stamp: dict, device: str) -> list[dict]:
     except ValueError:
         return []
     same = all(old.get("sources", {}).get(k) == stamp[k] for k in ("size", "generator")) \
-        and old.get("settings", {}).get("device") == device
+        and all(old.get("settings", {}).get(k) == settings[k] for k in ("device", "small"))
     return old.get("rows", []) if same else []
 
 
@@ -263,8 +263,8 @@ def main() -> int:
 
     stamp = prepare_sets(args.work, args.size)
     sources = dict(stamp)
-    rows = earlier_rows(args.out, stamp, args.device)
     settings = {k: str(v) for k, v in vars(args).items()}
+    rows = earlier_rows(args.out, stamp, settings)
     machine = W.machine()
 
     def save() -> None:
