@@ -279,6 +279,8 @@ def main() -> int:
         warm = W.run_bake(pipeline(args.work / "warm", stage, args.device, args.small), args.work)
         print(f"  ({stage}: untimed {min(args.size, WARM_SIZE)}^2 warm-up bake, exit {warm['exit']}, "
               f"{time.perf_counter() - t0:.1f} s)", flush=True)
+        if warm["exit"] != 0:
+            print(warm["log"][-1500:], flush=True)
         for layout in args.sets:
             row = bake_row(args.work, stage, layout, args)
             rows[:] = [r for r in rows if (r["stage"], r["set"]) != (stage, layout)] + [row]
