@@ -14,38 +14,16 @@ from __future__ import annotations
 
 import argparse
 import io
+import sys
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from scripts.tileable_noise import blur, fractal_noise  # noqa: E402
+
 SEED = 20240601
-
-
-def fractal_noise(rng: np.random.Generator, n: int, beta: float = 2.0, channels: int = 1) -> np.ndarray:
-    """Tileable noise with power spectrum ~ 1/f^beta (beta≈2: natural images), in [0, 1]."""
-    fy = np.fft.fftfreq(n)[:, None]
-    fx = np.fft.fftfreq(n)[None, :]
-    f = np.sqrt(fx * fx + fy * fy)
-    f[0, 0] = 1.0
-    amp = f ** (-beta / 2.0)
-    amp[0, 0] = 0.0
-    out = np.empty((n, n, channels), np.float32)
-    for c in range(channels):
-        spec = np.fft.fft2(rng.standard_normal((n, n))) * amp
-        x = np.real(np.fft.ifft2(spec))
-        x = (x - x.mean()) / (x.std() + 1e-8)
-        out[:, :, c] = 0.5 + 0.18 * x
-    return np.clip(out, 0.0, 1.0)
-
-
-def blur(x: np.ndarray, sigma: float) -> np.ndarray:
-    """Periodic Gaussian blur (FFT), so derived maps tile like their height."""
-    n = x.shape[0]
-    fy = np.fft.fftfreq(n)[:, None]
-    fx = np.fft.fftfreq(n)[None, :]
-    g = np.exp(-2.0 * (np.pi * sigma) ** 2 * (fx * fx + fy * fy))
-    return np.real(np.fft.ifft2(np.fft.fft2(x) * g)).astype(np.float32)
 
 
 def normal_from_height(h: np.ndarray, strength: float) -> np.ndarray:
@@ -230,7 +208,7 @@ def main() -> None:
     tex.mkdir(parents=True, exist_ok=True)
     (tex / "rust.png").write_bytes(_png(rust(np.random.default_rng(args.seed + 10), n)))
     (tex / "wood.png").write_bytes(_png(wood(np.random.default_rng(args.seed + 11), n)))
-    from make_fit_assets import make as make_fit_examples  # scripts/ is this script's folder
+    from scripts.make_fit_assets import make as make_fit_examples
 
     make_fit_examples(args.out / "fit", 128)
     print(f"wrote sample assets to {args.out}")

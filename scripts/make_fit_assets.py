@@ -23,7 +23,7 @@ import numpy as np
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from scripts.make_assets import fractal_noise  # noqa: E402
+from scripts.tileable_noise import fractal_noise  # noqa: E402
 
 REPO_FIT = Path(__file__).resolve().parent.parent / "assets" / "fit"
 #: The hand-written files of the examples.

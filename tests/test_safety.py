@@ -141,6 +141,46 @@ def test_clean_removes_only_what_bakery_wrote(project):
                     "pipeline.toml", "src/a.png", "src/b.png"]
 
 
+def test_a_persons_files_among_the_logs_survive_bakes_and_clean(project):
+    assert bakery(project, "bake", "pipeline.toml").returncode == 0
+    logs = project / "out" / "logs"
+    ours = sorted(logs.rglob("*.log"))
+    assert len(ours) == 4 and all(p.read_text().startswith(f"# bakery task log: {p.relative_to(logs).with_suffix('')}")
+                                  for p in ours)
+    notes = logs / "blur" / "notes.log"
+    notes.write_text("what the on-call engineer saw")
+    taken = ours[0]
+    taken.write_text("a person's file where a task's log goes")
+    r = bakery(project, "bake", "pipeline.toml", "--force")
+    assert r.returncode == 1 and "was not written by bakery; refusing to replace it" in r.stderr, r.stderr
+    assert str(taken.relative_to(project)) in r.stderr or str(taken) in r.stderr
+    assert taken.read_text() == "a person's file where a task's log goes"
+    r = bakery(project, "clean", "pipeline.toml")
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.relative_to(logs).as_posix() for p in logs.rglob("*") if p.is_file()) == \
+        ["blur/notes.log", taken.relative_to(logs).as_posix()]
+    assert notes.read_text() == "what the on-call engineer saw"
+
+
+def test_logs_an_earlier_bakery_wrote_are_recognised_by_shape(tmp_path):
+    from bakery.pipeline.task_log import is_task_log, open_task_log
+
+    old = tmp_path / "logs" / "blur" / "photos" / "a.log"
+    old.parent.mkdir(parents=True)
+    old.write_text("2026-11-02 10:01:02,345 INFO blur/photos/a: built\n")
+    empty, person = old.with_name("b.log"), old.with_name("c.log")
+    empty.write_text("")
+    person.write_text("INFO: my own notes\n")
+    assert is_task_log(old) and is_task_log(empty) and not is_task_log(person)
+    path, f = open_task_log(tmp_path / "logs", "blur", "photos/a", "blur/photos/a")   # replaces an old log
+    with f:
+        f.write("new\n")
+    assert path == old and old.read_text() == "# bakery task log: blur/photos/a\nnew\n"
+    with pytest.raises(OSError, match="not written by bakery"):
+        open_task_log(tmp_path / "logs", "blur", "photos/c", "blur/photos/c")
+    assert person.read_text() == "INFO: my own notes\n"
+
+
 # -- files an engine adds inside a bundle -------------------------------------------------
 def test_engine_files_inside_bundles_survive_rebakes_and_keep_the_bundle_clean(project):
     assert bakery(project, "bake", "pipeline.toml").returncode == 0

@@ -203,13 +203,11 @@ class DagRunner:
     def _write_log(self, spec: TaskSpec, text: str) -> Path | None:
         if self.log_dir is None:
             return None
-        from bakery.safe_files import open_new_for_write, refuse_links
+        from bakery.pipeline.task_log import open_task_log
 
-        path = self.log_dir / spec.stage / f"{spec.asset}.log"
         try:
-            refuse_links(self.log_dir, path.parent)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(open_new_for_write(path, root=self.log_dir), "w", encoding="utf-8") as f:
+            path, f = open_task_log(self.log_dir, spec.stage, spec.asset, spec.id)
+            with f:
                 f.write(text)
         except OSError as e:
             self.log.warning("%s: cannot write its log: %s", spec.id, e)

@@ -133,12 +133,10 @@ class LocalRunner:
             log.addFilter(NamesTask(spec.id, spec.asset))
         if self.log_dir is None:
             return log, None, None
-        from bakery.safe_files import open_new_for_write, refuse_links
+        from bakery.pipeline.task_log import open_task_log
 
-        path = self.log_dir / spec.stage / f"{spec.asset}.log"
-        refuse_links(self.log_dir, path.parent)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        h = logging.StreamHandler(open(open_new_for_write(path, root=self.log_dir), "w", encoding="utf-8"))
+        path, stream = open_task_log(self.log_dir, spec.stage, spec.asset, spec.id)
+        h = logging.StreamHandler(stream)
         h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         log.addHandler(h)
         log.setLevel(logging.DEBUG)

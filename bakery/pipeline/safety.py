@@ -393,7 +393,7 @@ def _ours_at_top(p: Path) -> bool:
 
 def clean_output(out: Path, keep: Iterable[str] = ()) -> tuple[int, list[Path]]:
     """Removes what bakery can prove it wrote in ``out``: bundle folders (with any engine
-    files inside them), the logs in its own ``logs/`` folder, its reports and staging
+    files inside them), the task logs it wrote in its own ``logs/`` folder, its reports and staging
     leftovers. Everything else stays, empty folders a person made included. Returns
     ``(entries removed, files kept)``."""
     from bakery.pipeline.ownership import LEDGER, disown, is_owned
@@ -411,8 +411,10 @@ def clean_output(out: Path, keep: Iterable[str] = ()) -> tuple[int, list[Path]]:
             _remove(p)
             removed.append(p)
         elif p.is_dir() and p == out / "logs" and is_owned(p):
+            from bakery.pipeline.task_log import is_task_log
+
             for log in sorted(p.rglob("*.log")):
-                if log.is_file() and not log.is_symlink() and not any(q.is_symlink() for q in log.parents if q.is_relative_to(p)):
+                if not any(q.is_symlink() for q in log.parents if q.is_relative_to(p)) and is_task_log(log):
                     log.unlink()
                     removed.append(log)
             _prune_emptied(p, removed)
