@@ -12,8 +12,9 @@ only to be measured live here, built from the product's pieces without a switch 
 - :class:`Variant` ``skip_sum``: split-K without its sum dispatch (wrong gradients: times
   the training kernel's row stores alone);
 - :class:`Variant` ``spread_sum``: split-K's sum with each warp owning as few output tiles
-  as 32-lane warps allow (:data:`SPREAD_SUM_LAYER`), so that no two warps of a workgroup
-  add to the same weights: half the 64-bit fixed-point atomics on a 64-wide layer;
+  as 32-lane warps allow (:data:`SPREAD_SUM_LAYER`), so that on a layer with at least as
+  many output tiles as the workgroup has warps no two warps add to the same weights: half
+  the 64-bit fixed-point atomics on a 64-wide layer at 128 threads;
 - :func:`without_row_stores`: a network whose layers leave the split-K row stores out
   (compiled in, never run), to time the backward pass alone (bench/backward_anatomy.py).
 
