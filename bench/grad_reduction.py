@@ -80,6 +80,8 @@ VARIANTS = {
     "occupancy: default, 528 training workgroups": V(replace(COLUMNS, max_groups=528)),
     "occupancy: default, one tile per training workgroup": V(replace(COLUMNS, max_groups=1 << 16)),
     "diag: column groups, no sum (wrong)": V(COLUMNS, skip_sum=True),
+    "diag: column groups, sum without its atomics (wrong)": V(COLUMNS, skip_flush=True),
+    "diag: spread sum without its atomics (wrong)": V(COLUMNS, spread_sum=True, skip_flush=True),
     "diag: rows in blocks of 32, warp copies, no sum (wrong)": V(BLOCKS, skip_sum=True),
     "diag: 128-thread stores, no sum (wrong)": V(R(group=128, mode="splitk", unroll=2), skip_sum=True),
 }

@@ -113,6 +113,8 @@ def test_a_reduction_from_json_is_the_one_named_or_refused(tmp_path):
             lab.use_json('{"group": 128, "mode": "splitk", "backward": "mma"}')
         with pytest.raises(ValueError, match="skip_sum"):
             lab.use_json('{"group": 128, "mode": "splitk", "skip_sum": true}')
+        with pytest.raises(ValueError, match="skip_flush"):
+            lab.use_json('{"skip_flush": true}')
     finally:
         lab.use(None)
 
@@ -132,8 +134,8 @@ def test_lab_spread_sum_rebuilds_only_the_sum(coopvec_stand_in, job):
         train, reduce = trainer._train, trainer._reduce
         lab.apply(trainer)
         assert trainer._train is train and trainer._reduce is not None and trainer._reduce is not reduce
-        assert "LabSpreadLinear<" in lab.spread_sum_source(trainer.source)
+        assert "LabSumLinear<" in lab.lab_sum_source(trainer.source)
         assert variant.to_dict(trainer.store.reduction) == dict(trainer.store.reduction.__dict__, forward_twice=False,
-                                                                skip_sum=False, spread_sum=True)
+                                                                skip_sum=False, spread_sum=True, skip_flush=False)
     finally:
         lab.use(None)

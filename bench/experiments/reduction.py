@@ -12,9 +12,11 @@ only to be measured live here, built from the product's pieces without a switch 
 - :class:`Variant` ``skip_sum``: split-K without its sum dispatch (wrong gradients: times
   the training kernel's row stores alone);
 - :class:`Variant` ``spread_sum``: split-K's sum with each warp owning as few output tiles
-  as 32-lane warps allow (:data:`SPREAD_SUM_LAYER`), so that on a layer with at least as
+  as 32-lane warps allow (:data:`LAB_SUM_LAYER`), so that on a layer with at least as
   many output tiles as the workgroup has warps no two warps add to the same weights: half
   the 64-bit fixed-point atomics on a 64-wide layer at 128 threads;
+- :class:`Variant` ``skip_flush``: split-K's sum without its fixed-point atomics (compiled
+  in, never run; wrong gradients: times what the atomics cost the sum);
 - :func:`without_row_stores`: a network whose layers leave the split-K row stores out
   (compiled in, never run), to time the backward pass alone (bench/backward_anatomy.py).
 
@@ -31,7 +33,7 @@ from pathlib import Path
 from bakery.nn import parameters
 from bakery.nn.parameters import CoopVecReduction
 
-_LAB_FIELDS = ("forward_twice", "skip_sum", "spread_sum")
+_LAB_FIELDS = ("forward_twice", "skip_sum", "spread_sum", "skip_flush")
 _PRODUCT_CHOICE = parameters.default_reduction
 _PRODUCT_DEFINES = parameters.ParameterStore.defines
 _chosen: Variant | None = None
@@ -46,6 +48,7 @@ class Variant:
     forward_twice: bool = False
     skip_sum: bool = False  # split-K: leave the sum dispatch out (wrong gradients)
     spread_sum: bool = False  # split-K: the sum's warps own one output tile each at 128 threads
+    skip_flush: bool = False  # split-K: the sum's atomics compiled in, never run (wrong gradients)
 
     def to_dict(self, used: CoopVecReduction | None = None) -> dict:
         """The reduction's fields (``used``: the one a store took, where the product
@@ -103,15 +106,15 @@ def use(variant: Variant | CoopVecReduction | None) -> Variant | None:
 
 def apply(trainer) -> None:
     """What the chosen variant changes in a built Trainer: ``skip_sum`` drops its split-K
-    sum dispatch, ``spread_sum`` rebuilds it from :func:`spread_sum_source` (the training
-    kernel stays the product's)."""
+    sum dispatch; ``spread_sum`` and ``skip_flush`` rebuild it from :func:`lab_sum_source`
+    (the training kernel stays the product's)."""
     if _chosen is None or trainer._reduce is None:
         return
     if _chosen.skip_sum:
         trainer._reduce = None
-    elif _chosen.spread_sum:
-        trainer._reduce = trainer.device.kernel(spread_sum_source(trainer.source) + '#include "nn/grad_reduce.slang"\n',
-                                                "bk_reduce_gradients")
+    elif _chosen.spread_sum or _chosen.skip_flush:
+        source = lab_sum_source(trainer.source, spread=_chosen.spread_sum, flush=not _chosen.skip_flush)
+        trainer._reduce = trainer.device.kernel(source + '#include "nn/grad_reduce.slang"\n', "bk_reduce_gradients")
 
 
 def use_json(spec: str) -> Variant:
@@ -121,8 +124,10 @@ def use_json(spec: str) -> Variant:
     if "benchmark" in d:  # a grad_reduction.py result: its fastest correct variant, if any
         d = d.get("best") or {}
     variant = Variant.from_dict(d)
-    if variant.skip_sum:  # only grad_reduction.py applies it (apply()), to a trainer it builds itself
-        raise ValueError("skip_sum is grad_reduction.py's diagnostic (wrong gradients), not a reduction to train with")
+    for diagnostic in ("skip_sum", "skip_flush"):  # only grad_reduction.py times them (wrong gradients)
+        if getattr(variant, diagnostic):
+            raise ValueError(f"{diagnostic} is grad_reduction.py's diagnostic (wrong gradients), "
+                             "not a reduction to train with")
     return use(variant)
 
 
@@ -175,7 +180,8 @@ def without_row_stores(network_source: str) -> str:
 
 
 #: The split-K sum of one layer with the output tiles spread over the workgroup's warps as
-#: 32-lane warps allow (the product's bk_reduce_layer_mma spreads them as 64-lane waves
+#: LAB_SUM_LANES-lane warps allow: at 64, as the product's; at 32 (``spread_sum``), as 32-lane
+#: warps allow (the product's bk_reduce_layer_mma spreads them as 64-lane waves
 #: would, so at 128 threads on a 32-lane GPU two warps share each 64-wide layer's tiles,
 #: each summing half the sample blocks, and every weight takes two fixed-point atomics per
 #: workgroup). Here each warp owns ceil(tiles / (threads / 32)) tiles: one at 128 threads,
@@ -183,12 +189,13 @@ def without_row_stores(network_source: str) -> str:
 #: input tiles are read by every warp instead of every other. Where warps are wider than
 #: 32 lanes, a warp takes its owners in turn (owner, owner + warps, ...), so any subgroup
 #: size sums every tile. The same products and flush as the product's, so the sum is the
-#: same up to each partial's fixed-point rounding.
-SPREAD_SUM_LAYER = r"""
-void lab_reduce_layer_spread<let I : int, let O : int, let PW : int, let PB : int, let XO : int, let DO : int>(uint begin, uint end)
+#: same up to each partial's fixed-point rounding. LAB_SUM_FLUSH 0 (``skip_flush``) keeps the
+#: flush behind a condition the compiler cannot decide and never meets.
+LAB_SUM_LAYER = r"""
+void lab_reduce_layer<let I : int, let O : int, let PW : int, let PB : int, let XO : int, let DO : int>(uint begin, uint end)
 {
     static const int TI = (I + 15) / 16, TO = (O + 15) / 16;
-    static const int PER_WARP = (TO + BK_GROUP / 32 - 1) / (BK_GROUP / 32);   // o-tiles per warp at 32 lanes
+    static const int PER_WARP = (TO + BK_GROUP / LAB_SUM_LANES - 1) / (BK_GROUP / LAB_SUM_LANES);  // o-tiles per warp
     static const uint XW = bk_slot_bytes(I), DW = bk_slot_bytes(O);
     static const uint XS = bk_act_tile_stride(XW), DS = bk_act_tile_stride(DW);
     uint lanes = WaveGetLaneCount();
@@ -243,6 +250,8 @@ void lab_reduce_layer_spread<let I : int, let O : int, let PW : int, let PB : in
                 }
             }
         }
+        if (LAB_SUM_FLUSH == 0 && begin != 0xFFFFFFFFu)
+            continue;
         [ForceUnroll]
         for (int p = 0; p < PER_WARP; p++)
         {
@@ -256,7 +265,7 @@ void lab_reduce_layer_spread<let I : int, let O : int, let PW : int, let PB : in
     }
 }
 
-struct LabSpreadLinear<let I : int, let O : int, let WO : int, let BO : int, let PW : int, let PB : int, let AO : int,
+struct LabSumLinear<let I : int, let O : int, let WO : int, let BO : int, let PW : int, let PB : int, let AO : int,
                        let DX : int, let XO : int, let DO : int>
 {
     typealias L = Linear<I, O, WO, BO, PW, PB, AO, DX, XO, DO>;
@@ -271,7 +280,7 @@ struct LabSpreadLinear<let I : int, let O : int, let WO : int, let BO : int, let
 
     static void store_gradients(uint group) { L.store_gradients(group); }
 
-    static void reduce_gradients(uint begin, uint end) { lab_reduce_layer_spread<I, O, PW, PB, XO, DO>(begin, end); }
+    static void reduce_gradients(uint begin, uint end) { lab_reduce_layer<I, O, PW, PB, XO, DO>(begin, end); }
 }
 """
 
@@ -280,10 +289,13 @@ struct LabSpreadLinear<let I : int, let O : int, let WO : int, let BO : int, let
 _NETWORKS_AFTER = '#include "nn/mlp.slang"\n'
 
 
-def spread_sum_source(program: str) -> str:
+def lab_sum_source(program: str, spread: bool = True, flush: bool = True) -> str:
     """A Trainer's program source (``Trainer.source``) whose networks' layers sum their
-    split-K gradients as :data:`SPREAD_SUM_LAYER` does; everything else the product's."""
+    split-K gradients as :data:`LAB_SUM_LAYER` does (``spread``: over 32-lane warps, else as
+    the product spreads them; ``flush``: else the atomics never run); everything else the
+    product's."""
     head, mark, networks = program.partition(_NETWORKS_AFTER)
     if not mark:
-        raise ValueError("spread_sum: the program does not include nn/mlp.slang")
-    return head + mark + SPREAD_SUM_LAYER + networks.replace("Linear<", "LabSpreadLinear<")
+        raise ValueError("lab sum: the program does not include nn/mlp.slang")
+    defines = f"#define LAB_SUM_LANES {32 if spread else 64}\n#define LAB_SUM_FLUSH {int(flush)}\n"
+    return head + mark + defines + LAB_SUM_LAYER + networks.replace("Linear<", "LabSumLinear<")
