@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -137,33 +138,43 @@ def main() -> int:
     print(f"settings: example (b) rainbow mask at {a.size}x{a.size}, {a.steps} steps, lr {a.lr}, cosine, "
           f"L2, full batch ({a.size * a.size} pixels per step), noise init seed 7")
     rows = []
+    out = Path(a.out).resolve()
+
+    def save(**more) -> None:
+        """After every row (a run cut at its time limit keeps the finished ones), and at the end."""
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.tmp")
+        tmp.write_text(json.dumps({"device": dev.info.to_dict(), "settings": {"size": a.size, "steps": a.steps,
+                                                                               "lr": a.lr},
+                                   "rows": rows, **more}, indent=2))
+        os.replace(tmp, out)
+
+    def row_line(r: dict) -> str:
+        loss = f"{r['final_loss']:11.3g}" if "final_loss" in r else f"{'--':>11}"
+        wall = f"{r['wall_s']:12.2f}" if "wall_s" in r else f"{'--':>12}"
+        return f"{r['optimizer']:24} {r['mask_psnr_db']:12.2f} {loss} {wall}"
+
+    print(f"\n{'optimizer':24} {'mask PSNR dB':>12} {'final loss':>11} {'stage wall s':>12}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         spec, truth = make_case(tmp, a.size, a.steps, a.lr, a.device)
         b = load_spec(spec).args["mask"]
         noise = initial_values(b, 1, b.seed).reshape(truth.shape)
         rows.append({"optimizer": "noise init (baseline)", "mask_psnr_db": psnr(noise, truth)})
+        print(row_line(rows[-1]), flush=True)
         for opt in OPTIMIZERS:
             r = stage_run(spec, opt, dev, tmp / f"out_{opt}")
             r["mask_psnr_db"] = psnr(load_image(r.pop("out") / "mask.png"), truth)
             rows.append(r)
+            save()
+            print(row_line(r), flush=True)
         timing = loop_timing(spec, dev)
-    print()
-    print(f"{'optimizer':24} {'mask PSNR dB':>12} {'final loss':>11} {'stage wall s':>12}")
-    for r in rows:
-        loss = f"{r['final_loss']:11.3g}" if "final_loss" in r else f"{'--':>11}"
-        wall = f"{r['wall_s']:12.2f}" if "wall_s" in r else f"{'--':>12}"
-        print(f"{r['optimizer']:24} {r['mask_psnr_db']:12.2f} {loss} {wall}")
     line = f"\nAdam training loop: Trainer.train {timing['train_wall_per_step_us']:.1f} us/step wall"
     if "gpu_per_step_us" in timing:
         line += (f"; timed run {timing['wall_per_step_us']:.1f} us/step wall = {timing['gpu_per_step_us']:.1f} GPU"
                  f" + {timing['overhead_per_step_us']:.1f} overhead (recording, submission, idle GPU)")
     print(line)
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"device": dev.info.to_dict(), "settings": {"size": a.size, "steps": a.steps,
-                                                                           "lr": a.lr},
-                               "rows": rows, "loop": timing}, indent=2))
+    save(loop=timing)
     print(f"wrote {out}")
     return 0
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import replace
@@ -74,9 +75,14 @@ VARIANTS = {
     "column groups: blocks of 128, warp copies, slots column group by column group": V(
         replace(BLOCKS, row_block=128, row_tiles=True)),
     "column groups: blocks of 32, 264 sum groups": V(replace(COLUMNS, reduce_groups=264)),
+    "spread sum: column groups, one output tile per warp": V(COLUMNS, spread_sum=True),
+    "spread sum: column groups, 66 sum groups": V(replace(COLUMNS, reduce_groups=66), spread_sum=True),
+    "column groups: 66 sum groups": V(replace(COLUMNS, reduce_groups=66)),
     "occupancy: default, 528 training workgroups": V(replace(COLUMNS, max_groups=528)),
     "occupancy: default, one tile per training workgroup": V(replace(COLUMNS, max_groups=1 << 16)),
     "diag: column groups, no sum (wrong)": V(COLUMNS, skip_sum=True),
+    "diag: column groups, sum without its atomics (wrong)": V(COLUMNS, skip_flush=True),
+    "diag: spread sum without its atomics (wrong)": V(COLUMNS, spread_sum=True, skip_flush=True),
     "diag: rows in blocks of 32, warp copies, no sum (wrong)": V(BLOCKS, skip_sum=True),
     "diag: 128-thread stores, no sum (wrong)": V(R(group=128, mode="splitk", unroll=2), skip_sum=True),
 }
@@ -148,11 +154,22 @@ def main() -> int:
         keys = a.only.split(";")
         variants = {k: v for k, v in variants.items() if any(k.startswith(x) for x in keys)}
     rows = []
+    out = Path(a.out).resolve()
+
+    def save(best=None) -> None:
+        """After every variant (a run cut at its time limit keeps the finished ones), and at the end."""
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.tmp")
+        tmp.write_text(json.dumps({"benchmark": "grad_reduction", "device": dev.info.to_dict(), "batch": a.batch,
+                                   "steps": a.steps, "rows": rows, "best": best}, indent=2))
+        os.replace(tmp, out)
+
     for name, red in variants.items():
         try:
             rows.append(run_variant(a, dev, spec, target, params, ref, name, red))
         except Exception as e:  # noqa: BLE001 - report the variant and go on with the others
             rows.append({"variant": name, "error": str(e)[:500]})
+        save()
         print(json.dumps(rows[-1]), flush=True)
     print(f"\n{'variant':44} {'ms/step':>8} {'Msamp/s':>8} {'PSNR':>6}  {'GPU us: train/reduce/optim':27} "
           "grad rel. err per layer")
@@ -171,10 +188,7 @@ def main() -> int:
     best = min(good, key=lambda r: r["ms_per_step"]) if good else None
     if best:
         print(f"fastest correct: {best['variant']} ({best['ms_per_step']:.3f} ms/step)")
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"benchmark": "grad_reduction", "device": dev.info.to_dict(), "batch": a.batch,
-                               "steps": a.steps, "rows": rows, "best": best and best["reduction"]}, indent=2))
+    save(best and best["reduction"])
     return 0
 
 

@@ -33,7 +33,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -158,16 +157,59 @@ def write_pipeline(root: Path, device: str) -> Path:
 
 
 # -- measuring ----------------------------------------------------------------------------
-def bake(pipeline: Path, env: dict, *args: str) -> dict:
+class Progress:
+    """A bake's figures so far, from its task lines as they come: a bake of a library runs
+    longer than a benchmark call may, so a run cut at its limit still gives materials per
+    GPU-hour (finished tasks / stages, over the wall so far), GPU busy and peak memory,
+    printed every ``every`` tasks and handed to ``save`` (the JSON) after each task."""
+
+    def __init__(self, caches: str, stages: int, total_tasks: int, gpu: W.GpuSampler, save, every: int | None = None):
+        self.caches, self.stages, self.total, self.gpu = caches, stages, total_tasks, gpu
+        self.save, self.every = save, every or max(1, min(10, total_tasks // 10))
+        self.started = time.perf_counter()
+        self.per_stage: dict[str, dict] = {}
+        self.done = 0
+
+    def on_task(self, line: str) -> None:
+        m = W.TASK_DONE.search(line)
+        row = self.per_stage.setdefault(m["stage"], {"built": 0, "failed": 0, "other": 0, "task_s": 0.0})
+        row[m["status"] if m["status"] in ("built", "failed") else "other"] += 1
+        row["task_s"] = round(row["task_s"] + float(m["seconds"] or 0.0), 2)
+        self.done += 1
+        summary = self.summary()
+        self.save(summary)
+        if self.done % self.every == 0 or self.done == self.total:
+            busy = summary["gpu_busy_percent"]
+            print(f"  so far ({self.caches}): {self.done}/{self.total} tasks in {summary['wall_s']} s, "
+                  f"{_na(summary['materials_per_gpu_hour'])} materials/GPU-hour (tasks built / {self.stages}), "
+                  f"GPU busy {_na(busy)}{'' if busy is None else '%'}, peak {_na(summary['peak_gpu_mib'])} MiB; "
+                  + ", ".join(f"{k} {v['built']} built ({v['task_s']} s)" for k, v in self.per_stage.items()),
+                  flush=True)
+
+    def summary(self) -> dict:
+        wall = time.perf_counter() - self.started
+        built = sum(v["built"] for v in self.per_stage.values())
+        return {"caches": self.caches, "partial": True, "tasks_done": self.done, "tasks": self.total,
+                "wall_s": round(wall, 2), "stages": self.per_stage,
+                "materials_per_gpu_hour": round(built / self.stages / (wall / 3600.0), 1) if wall > 0 else None,
+                "gpu_busy_percent": self.gpu.busy_percent(), "peak_gpu_mib": self.gpu.peak_mib()}
+
+
+def bake(pipeline: Path, env: dict, *args: str, progress=None) -> dict:
+    """One bake in a fresh process, its tasks' lines echoed (and handed to ``progress``) as they end."""
     report = pipeline.parent / "bench-report.json"
     report.unlink(missing_ok=True)
     with W.GpuSampler() as gpu:
+        if progress is not None:
+            progress.gpu = gpu
+            progress.started = time.perf_counter()
         t0 = time.perf_counter()
-        p = subprocess.run([sys.executable, "-m", "bakery", "bake", str(pipeline), "--report", str(report), *args],
-                           cwd=pipeline.parent, env=env, capture_output=True, text=True)
+        code, log = W.run_streamed([sys.executable, "-m", "bakery", "bake", str(pipeline), "--report", str(report),
+                                    *args], cwd=pipeline.parent, env=env, tail_chars=3000,
+                                   on_task=progress.on_task if progress is not None else None)
         wall = time.perf_counter() - t0
-    return {"wall_s": wall, "exit": p.returncode, "report": json.loads(report.read_text()) if report.is_file() else {},
-            "log": (p.stdout + p.stderr)[-3000:], "gpu_busy_percent": gpu.busy_percent(),
+    return {"wall_s": wall, "exit": code, "report": json.loads(report.read_text()) if report.is_file() else {},
+            "log": log, "gpu_busy_percent": gpu.busy_percent(),
             "peak_gpu_mib": gpu.peak_mib(), "gpu_samples": gpu.count(), "gpu": gpu}
 
 
@@ -295,22 +337,33 @@ def main() -> int:
     ap.add_argument("--caches", nargs="+", default=["cold", "warm"], choices=["cold", "warm"],
                     help="bakes in turn: cold empties the caches first, warm keeps them (rows say which they had)")
     ap.add_argument("--work", type=Path, default=None, help="library folder (default: a temp folder, removed)")
-    ap.add_argument("--out", type=Path, default=Path("bench/out/library.json"))
+    ap.add_argument("--out", type=Path, default=W.REPO / "bench" / "out" / "library.json")
     args = ap.parse_args()
+    args.out = args.out.resolve()   # the bakes run in the library folder
 
-    root = args.work or Path(tempfile.mkdtemp(prefix="bakery-library-"))
+    root = args.work.resolve() if args.work else Path(tempfile.mkdtemp(prefix="bakery-library-"))
     try:
         shutil.rmtree(root / "lib", ignore_errors=True)
+        print(f"library: writing {args.count} materials at {args.size}^2 under {root}", flush=True)
         t0 = time.perf_counter()
         conventions = write_library(root, args.count, args.size, args.seed, workers=max(1, (os.cpu_count() or 2) - 1))
         written_s = time.perf_counter() - t0
         baked = min(args.bake or args.count, args.count)
-        print(f"library: {args.count} materials at {args.size}^2 in {written_s:.1f} s ({conventions}) under {root}; "
-              f"baking {baked}")
+        print(f"library: {args.count} materials at {args.size}^2 written in {written_s:.1f} s ({conventions}); "
+              f"baking {baked}", flush=True)
         pipeline = write_pipeline(root, args.device)
         env = W.bake_env(root)
         env["XDG_CACHE_HOME"] = str(root / "xdg")   # Slang, Mesa and driver caches: cold at first
         rows, machine = [], W.machine()
+
+        def save(partial: dict | None = None) -> None:
+            W.save_json(args.out, {"machine": machine, "settings": {k: str(v) for k, v in vars(args).items()},
+                                   "stages": {k: {"type": t, "params": p} for k, (t, p) in STAGES.items()},
+                                   "library": {"materials": args.count, "baked": baked, "conventions": conventions,
+                                               "written_s": round(written_s, 1)},
+                                   "rows": rows, **({"in_progress": partial} if partial else {})})
+
+        save()
         for caches in args.caches:
             if caches == "cold":
                 for d in ("out", "cache", "xdg"):
@@ -319,16 +372,16 @@ def main() -> int:
             subset = [a for i in range(baked) for a in ("--asset", f"lib/m{i:03d}")] if baked < args.count else []
             device_cache = root / "cache" / "device"
             state = "warm" if device_cache.is_dir() and any(device_cache.iterdir()) else "cold"  # as they were
-            run = bake(pipeline, env, "--force", "*", *jobs, *subset)
+            print(f"{state} bake of {baked} materials x {len(STAGES)} stages: started", flush=True)
+            progress = Progress(state, len(STAGES), baked * len(STAGES), None, save)
+            run = bake(pipeline, env, "--force", "*", *jobs, *subset, progress=progress)
             rows.append(summarise(root, run, baked, state))
             print(f"{state} bake: exit {run['exit']} in {run['wall_s']:.1f} s", flush=True)
-            args.out.parent.mkdir(parents=True, exist_ok=True)   # after each bake: a run cut short keeps its rows
-            args.out.write_text(json.dumps({"machine": machine, "settings": {k: str(v) for k, v in vars(args).items()},
-                                            "stages": {k: {"type": t, "params": p} for k, (t, p) in STAGES.items()},
-                                            "library": {"materials": args.count, "baked": baked,
-                                                        "conventions": conventions, "written_s": round(written_s, 1)},
-                                            "rows": rows}, indent=1))
-        print_tables(rows)
+            save()                                               # after each bake: a run cut short keeps its rows
+            print_tables(rows[-1:])                              # each bake's tables as soon as it ends
+        if len(rows) > 1:
+            print("\n-- all bakes --")
+            print_tables(rows)
         print(f"wrote {args.out}")
         return 0 if all(r["exit"] == 0 for r in rows) else 1
     finally:

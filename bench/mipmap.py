@@ -22,6 +22,7 @@ import argparse
 import importlib.util
 import json
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -167,28 +168,42 @@ def main() -> None:
     samples = sorted(p for p in Path(a.materials).iterdir() if p.is_dir())
     if a.small:
         samples = samples[:1]
-    rows, speed = [], None
+    rows, ablation, speed = [], [], None
+    out = Path(a.out).resolve()
+
+    def save(**final) -> None:
+        """After every material (a run cut at its time limit keeps the finished ones), and at the end."""
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.tmp")
+        tmp.write_text(json.dumps({"device": dev.info.to_dict(), "args": vars(a), "params": params, "rows": rows,
+                                   "ablation_rows": ablation, "speed": speed, **final}, indent=1))
+        os.replace(tmp, out)
+
     with tempfile.TemporaryDirectory() as tmp:
         extra = generate(Path(tmp), a.extra, a.size, first_seed=20240601 + 100)
         for folder in samples + extra:
             m, wall = run_stage(folder, params, dev, a.seed)
             rows.append(quality_row(folder.name, m, wall))
             print_quality(rows[-1])
-        ablation = []
+            save()
         if not a.no_ablation:
             print("\n-- ablation: normal + roughness trained, albedo box-filtered (train_albedo=false) --")
             for folder in samples + extra:
                 m, wall = run_stage(folder, dict(params, train_albedo=False), dev, a.seed)
                 ablation.append(quality_row(folder.name + " (normal+roughness only)", m, wall))
                 print_quality(ablation[-1])
+                save()
         if a.big:
             (big,) = generate(Path(tmp), 1, a.big, first_seed=20240601 + 200)
             speed = train_time(big, params, dev, a.seed)
+            print(f"\nspeed ({a.big}^2 chain, training alone): {speed}", flush=True)
+            save()
             m, wall = run_stage(big, params, dev, a.seed)
             speed["stage_wall_s"] = round(wall, 2)
             rows.append(quality_row(big.name, m, wall))
             print_quality(rows[-1])
             print(f"\nspeed: {speed}", flush=True)
+            save()
 
     pooled = {k: float(np.sqrt(np.mean([r[f"{k}_rmse_1_4"] ** 2 for r in rows]))) for k in ("trained", *BASELINES)}
     checks = {
@@ -207,10 +222,7 @@ def main() -> None:
           f"{pooled['vmf']:.5f} | {-100 * (1 - pooled['trained'] / pooled['toksvig']):+.1f}% | |")
     for k, v in checks.items():
         print(f"check {k}: {'n/a' if v is None else ('PASS' if v else 'FAIL')}")
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"device": dev.info.to_dict(), "args": vars(a), "params": params, "rows": rows,
-                               "ablation_rows": ablation, "pooled_rmse_1_4": pooled, "speed": speed, "checks": checks}, indent=1))
+    save(pooled_rmse_1_4=pooled, checks=checks)
     print(f"wrote {out}")
 
 

@@ -25,6 +25,7 @@ import argparse
 import importlib.util
 import json
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -102,6 +103,27 @@ def main() -> int:
     print(f"settings: size {a.size}^2, {json.dumps(params)}")
     stage = get_stage("neural_material")
     rows = []
+    out = Path(a.out).resolve()
+
+    def save(**final) -> None:
+        """After every material (a run cut at its time limit keeps the finished ones), and at the end."""
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.tmp")
+        tmp.write_text(json.dumps({"device": info.adapter, "software": info.software, "coopvec": dev.coopvec,
+                                   "size": a.size, "params": params, "rows": rows, **final}, indent=2))
+        os.replace(tmp, out)
+
+    def fmt(v, f):
+        return format("--", f">{f.split('.')[0]}") if v is None else format(v, f)
+
+    def line(r: dict) -> str:
+        return (f"{r['material']:16} {r['psnr_db']:8.2f} {r['uniform_psnr_db']:10.2f} {r['flip']:7.4f} "
+                f"{fmt(r['teacher_ns'], '10.4f')} {fmt(r['decoder_ns'], '10.4f')} {fmt(r['speedup'], '8.2f')} "
+                f"{r['train_s']:8.1f} {r['wall_s']:7.1f}")
+
+    header = (f"{'material':16} {'PSNR dB':>8} {'uniform dB':>10} {'FLIP':>7} {'teacher ns':>10} {'decoder ns':>10} "
+              f"{'speedup':>8} {'train s':>8} {'wall s':>7}")
+    print(header, flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for folder in make_materials(Path(tmp) / "materials", a.size, variants=not a.small)[a.first:a.first + a.count]:
             files = {q.stem: q for q in sorted(folder.glob("*.png"))}
@@ -128,19 +150,16 @@ def main() -> int:
                          "resolved": m["resolved_params"],
                          "wall_s": round(wall, 2),
                          "psnr_db_per_direction": nm["evaluation"]["psnr_db_per_direction"]})
-    def fmt(v, f):
-        return format("--", f">{f.split('.')[0]}") if v is None else format(v, f)
+            save()
+            print(line(rows[-1]), flush=True)
 
     used = rows[0]["resolved"]
     print(f"\ntraining ({used['device_class']}, {used['quality']}; auto: {', '.join(used['auto']) or 'none'}): "
           f"{rows[0]['steps']} steps x batch {rows[0]['batch']}, hidden {used['values']['hidden']}/"
           f"{used['values']['encoder_hidden']}, lr {used['values']['lr']}; timing: {rows[0]['timing_method']}")
-    print(f"{'material':16} {'PSNR dB':>8} {'uniform dB':>10} {'FLIP':>7} {'teacher ns':>10} {'decoder ns':>10} "
-          f"{'speedup':>8} {'train s':>8} {'wall s':>7}")
+    print(header)
     for r in rows:
-        print(f"{r['material']:16} {r['psnr_db']:8.2f} {r['uniform_psnr_db']:10.2f} {r['flip']:7.4f} "
-              f"{fmt(r['teacher_ns'], '10.4f')} {fmt(r['decoder_ns'], '10.4f')} {fmt(r['speedup'], '8.2f')} "
-              f"{r['train_s']:8.1f} {r['wall_s']:7.1f}")
+        print(line(r))
     # set PSNR from the mean MSE, never averaged dB
     mse = np.mean([10 ** (-r["psnr_db"] / 10) for r in rows])
     summary = {"psnr_db": float(-10 * np.log10(mse)), "flip": float(np.mean([r["flip"] for r in rows])),
@@ -152,11 +171,7 @@ def main() -> int:
     print(f"\nset: PSNR {summary['psnr_db']:.2f} dB (target >= 35), FLIP {summary['flip']:.4f}, min speedup "
           f"{fmt(summary['speedup_min'], '.2f')} (target >= 5), max training {summary['train_s_max']:.1f} s "
           f"(target < 120); pass: {checks}")
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"device": info.adapter, "software": info.software, "coopvec": dev.coopvec,
-                               "size": a.size, "params": params, "rows": rows, "summary": summary,
-                               "targets": TARGETS, "pass": checks}, indent=2))
+    save(summary=summary, targets=TARGETS, **{"pass": checks})
     print(f"wrote {out}")
     return 0
 

@@ -98,7 +98,8 @@ def _crop(src: Path, dst: Path, size: int) -> Path:
     return dst
 
 
-def quality(a, dev) -> list[dict]:
+def quality(a, dev, finished=None) -> list[dict]:
+    """Every material at every rate; ``finished(rows)`` after each material's rows."""
     stage = get_stage("ntc")
     rows = []
     log = logging.getLogger("bench")
@@ -106,6 +107,8 @@ def quality(a, dev) -> list[dict]:
         folders = material_folders(a, Path(mats))
         for folder in folders:
             rows += _quality_rows(a, dev, stage, log, folder)
+            if finished is not None:
+                finished(rows)
     return rows
 
 
@@ -197,6 +200,7 @@ def speed_run(a, dev, mat, scatter: str, samples: str, updates: str, seed: int) 
           flush=True)
     tr = Trainer(dev, point.network, obj, TrainConfig(steps=a.big_steps, batch=a.big_batch, optimizer=Adam(lr=5e-3),
                                                       schedule="cosine", steps_per_submit=50, seed=seed))
+    experimental_reduction.apply(tr)  # the lab's changes to a built trainer, where --reduction names any
     tr.train(20)  # compiles the pipelines; these steps count in the schedule, not in the times
     curve = []
     train_s = 0.0
@@ -338,10 +342,11 @@ def main() -> int:
                           "margin_cushion_db": margin_weighting.MARGIN_CUSHION_DB}
     def save() -> None:
         """The JSON so far: a run cut by its caller's time limit keeps every finished part."""
-        write_atomic(Path(a.out), json.dumps(result, indent=2).encode())
+        write_atomic(Path(a.out).resolve(), json.dumps(result, indent=2).encode())
 
     if a.bpp:
-        result["quality"] = quality(a, dev)
+        # after each material: a run cut at its time limit keeps the finished ones
+        result["quality"] = quality(a, dev, finished=lambda rows: (result.update(quality=rows), save()))
         table = markdown(result["quality"])
         print(table, flush=True)
         md = Path(a.out).with_suffix(".md")

@@ -35,6 +35,8 @@ import time
 import tomllib
 from pathlib import Path
 
+import workloads as W
+
 REPO = Path(__file__).resolve().parent.parent
 BAKE = "from bakery.pipeline.cli import bake_cmd; bake_cmd()"
 
@@ -77,11 +79,12 @@ def _env() -> dict:
     return env
 
 
-def run_bake(pipeline: Path, report: Path) -> tuple[float, int, str]:
+def run_bake(pipeline: Path, report: Path, echo: str | None = None) -> tuple[float, int, str]:
+    """A bake in a fresh process: wall s, exit code, output; with ``echo``, each task's line as it ends."""
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-c", BAKE, str(pipeline), "--report", str(report)],
-                       cwd=pipeline.parent, env=_env(), capture_output=True, text=True)
-    return time.perf_counter() - t0, p.returncode, p.stdout + p.stderr
+    code, log = W.run_streamed([sys.executable, "-c", BAKE, str(pipeline), "--report", str(report)],
+                               cwd=pipeline.parent, env=_env(), echo=echo, tail_chars=20000)
+    return time.perf_counter() - t0, code, log
 
 
 def run_phases(pipeline: Path, report: Path) -> tuple[float, dict]:
@@ -132,6 +135,7 @@ def main() -> int:
                     help="bake a copy in an empty folder first: the filling bake is a cold one")
     args = ap.parse_args()
     pipeline = args.pipeline.resolve()
+    args.out = args.out.resolve()   # the bakes run in the pipeline's folder
     args.out.mkdir(parents=True, exist_ok=True)
     report_path = args.out / "rebake-report.json"
     scratch = None
@@ -146,13 +150,32 @@ def main() -> int:
 
 
 def measure(args, pipeline: Path, report_path: Path) -> int:
-    fill_s, rc, log = run_bake(pipeline, report_path)
+    """Each part's table prints, and the JSON is rewritten, as soon as the part ends: the
+    cold filling bake alone can take most of a benchmark call's time."""
+    result = {"benchmark": "cached_rebake",
+              "pipeline": str(pipeline.relative_to(REPO) if pipeline.is_relative_to(REPO) else args.pipeline),
+              "fresh": args.fresh, "runs": args.runs, "target_s": 2.0,
+              "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}}
+
+    def save() -> None:
+        tmp = args.out / ".rebake.json.tmp"
+        tmp.write_text(json.dumps(result, indent=1) + "\n")
+        os.replace(tmp, args.out / "rebake.json")
+
+    fill_s, rc, log = run_bake(pipeline, report_path, echo="    ")
     if rc != 0:
         print(f"filling the cache failed (exit {rc}):\n{log}", file=sys.stderr)
         return 1
     fill_report = json.loads(report_path.read_text())
     stages = per_stage(fill_report, pipeline.parent)
     fill_device = fill_report.get("device")
+    result.update(tasks=fill_report["totals"]["total"], fill_bake_s=round(fill_s, 3), fill_device=fill_device,
+                  fill_stages=stages)
+    save()
+    print(f"filling bake: {fill_s:.2f} s wall ({'cold: fresh folder' if args.fresh else 'in place'}), "
+          f"{result['tasks']} tasks, device {(fill_device or {}).get('adapter', 'none opened')}", flush=True)
+    print_stages(stages)
+
     times, in_process = [], []
     for _ in range(args.runs):
         wall, rc, log = run_bake(pipeline, report_path)
@@ -163,42 +186,11 @@ def measure(args, pipeline: Path, report_path: Path) -> int:
             return 1
         times.append(wall)
         in_process.append(rep["seconds"])
-    phases_wall, phased = run_phases(pipeline, report_path)
-    warm_slang = None
-    if args.fresh:  # the same cold bake once more, only Slang's compile cache kept (cache/device)
-        cache = pipeline.parent / tomllib.loads(pipeline.read_text()).get("project", {}).get("cache", ".bakery-cache")
-        dropped = [p for p in cache.iterdir() if p.is_dir() and p.name != "device"]
-        for p in dropped + [pipeline.parent / fill_report["out"]]:
-            shutil.rmtree(p)  # entries, records, report memo; out/ (bakery marks the new one)
-        warm_s, rc, log = run_bake(pipeline, report_path)
-        if rc != 0:
-            print(f"the bake with a warm Slang cache failed (exit {rc}):\n{log}", file=sys.stderr)
-            return 1
-        warm_stages = per_stage(json.loads(report_path.read_text()), pipeline.parent)
-        for name, row in stages.items():
-            row["seconds_warm_slang"] = warm_stages.get(name, {}).get("seconds")
-        warm_slang = round(warm_s, 3)
-    result = {
-        "benchmark": "cached_rebake",
-        "pipeline": str(pipeline.relative_to(REPO) if pipeline.is_relative_to(REPO) else args.pipeline),
-        "fresh": args.fresh,
-        "tasks": t["total"],
-        "runs": args.runs,
-        "fill_bake_s": round(fill_s, 3),
-        "wall_s": {"median": round(statistics.median(times), 3), "min": round(min(times), 3),
-                   "max": round(max(times), 3)},
-        "bake_s_in_process": {"median": round(statistics.median(in_process), 3)},
-        "device": rep.get("device"),
-        "fill_device": fill_device,
-        "fill_stages": stages,
-        "cold_bake_warm_slang_s": warm_slang,
-        "phases": dict(phased["phases"],
-                       **{"process start and exit": round(phases_wall - sum(phased["phases"].values()), 3)}),
-        "phased_rebake": {"wall_s": round(phases_wall, 3), "build_only_modules": phased["build_only_modules"],
-                          "all_cached": phased["all_cached"]},
-        "target_s": 2.0,
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
-    }
+        print(f"cached re-bake {len(times)}/{args.runs}: {wall:.3f} s wall", flush=True)
+    result.update(wall_s={"median": round(statistics.median(times), 3), "min": round(min(times), 3),
+                          "max": round(max(times), 3)},
+                  bake_s_in_process={"median": round(statistics.median(in_process), 3)}, device=rep.get("device"))
+    save()
     rows = [("pipeline", result["pipeline"]), ("tasks (all cached)", str(t["total"])),
             ("first bake (fills cache)", f"{fill_s:.2f} s"),
             ("cached re-bake, wall, median", f"{result['wall_s']['median']:.3f} s"),
@@ -207,31 +199,52 @@ def measure(args, pipeline: Path, report_path: Path) -> int:
             ("device opened", (rep.get("device") or {}).get("adapter", "no")),
             ("target", "< 2 s")]
     w = max(len(r[0]) for r in rows)
-    print("| " + "metric".ljust(w) + " | value |")
+    print("\n| " + "metric".ljust(w) + " | value |")
     print("|" + "-" * (w + 2) + "|-------|")
     for k, v in rows:
         print(f"| {k.ljust(w)} | {v} |")
-    print()
-    print("| stage (filling bake) | tasks | wall s | again, warm Slang cache | Slang modules compiled | kernels linked "
-          "| kernels reused |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for name, row in stages.items():
-        again = row.get("seconds_warm_slang")
-        print(f"| {name} | {row['tasks']} | {row['seconds']:.2f} | {'-' if again is None else f'{again:.2f}'} "
-              f"| {row['modules']} | {row['kernels']} | {row['reused']} |")
-    print(f"filling bake: {fill_s:.2f} s wall ({'cold: fresh folder' if args.fresh else 'in place'}), "
-          f"device {(fill_device or {}).get('adapter', 'none opened')}"
-          + (f"; the same bake with only Slang's compile cache kept: {warm_slang:.2f} s" if warm_slang else ""))
-    print()
-    print("| phase of one cached re-bake | s |")
+
+    phases_wall, phased = run_phases(pipeline, report_path)
+    result["phases"] = dict(phased["phases"],
+                            **{"process start and exit": round(phases_wall - sum(phased["phases"].values()), 3)})
+    result["phased_rebake"] = {"wall_s": round(phases_wall, 3), "build_only_modules": phased["build_only_modules"],
+                               "all_cached": phased["all_cached"]}
+    save()
+    print("\n| phase of one cached re-bake | s |")
     print("|---|---:|")
     for name, sec in result["phases"].items():
         print(f"| {name} | {sec:.3f} |")
     print(f"| total (wall) | {phases_wall:.3f} |")
-    print(f"build-only modules loaded: {', '.join(phased['build_only_modules']) or 'none'}")
-    (args.out / "rebake.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(f"build-only modules loaded: {', '.join(phased['build_only_modules']) or 'none'}", flush=True)
+
+    if args.fresh:  # the same cold bake once more, only Slang's compile cache kept (cache/device)
+        cache = pipeline.parent / tomllib.loads(pipeline.read_text()).get("project", {}).get("cache", ".bakery-cache")
+        dropped = [p for p in cache.iterdir() if p.is_dir() and p.name != "device"]
+        for p in dropped + [pipeline.parent / fill_report["out"]]:
+            shutil.rmtree(p)  # entries, records, report memo; out/ (bakery marks the new one)
+        warm_s, rc, log = run_bake(pipeline, report_path, echo="    ")
+        if rc != 0:
+            print(f"the bake with a warm Slang cache failed (exit {rc}):\n{log}", file=sys.stderr)
+            return 1
+        warm_stages = per_stage(json.loads(report_path.read_text()), pipeline.parent)
+        for name, row in stages.items():
+            row["seconds_warm_slang"] = warm_stages.get(name, {}).get("seconds")
+        result["cold_bake_warm_slang_s"] = round(warm_s, 3)
+        save()
+        print(f"\nthe filling bake again with only Slang's compile cache kept: {warm_s:.2f} s", flush=True)
+        print_stages(stages)
     print(f"wrote {args.out / 'rebake.json'}")
     return 0
+
+
+def print_stages(stages: dict) -> None:
+    print("\n| stage (filling bake) | tasks | wall s | again, warm Slang cache | Slang modules compiled "
+          "| kernels linked | kernels reused |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, row in stages.items():
+        again = row.get("seconds_warm_slang")
+        print(f"| {name} | {row['tasks']} | {row['seconds']:.2f} | {'-' if again is None else f'{again:.2f}'} "
+              f"| {row['modules']} | {row['kernels']} | {row['reused']} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -90,6 +90,7 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=W.REPO / "bench" / "out" / "runners-work")
     ap.add_argument("--out", type=Path, default=W.REPO / "bench" / "out" / "runners.json")
     args = ap.parse_args()
+    args.work, args.out = args.work.resolve(), args.out.resolve()   # the bakes run in the workload folders
     jobs = [int(j) for j in args.jobs.split(",") if j]
     ray_ok = not args.no_ray
     if ray_ok:

@@ -101,6 +101,7 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=W.REPO / "bench" / "out" / "scale-work")
     ap.add_argument("--out", type=Path, default=W.REPO / "bench" / "out" / "scale.json")
     args = ap.parse_args()
+    args.work, args.out = args.work.resolve(), args.out.resolve()   # Ray's workers run elsewhere
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # the local cluster listens on loopback
     try:
         import ray  # noqa: F401
@@ -131,6 +132,12 @@ def main() -> int:
     warm = bake_on(1, pipeline, args.work, args, only=firsts)
     print(f"warm-up (compiles, untimed): {warm['wall_s']} s", flush=True)
     rows, reference = [], None
+
+    def save() -> None:
+        """After every row (a run cut at its time limit keeps the finished ones)."""
+        W.save_json(args.out, {"machine": host, "settings": {k: str(v) for k, v in vars(args).items()},
+                               "skipped_gpu_counts": skipped, "warmup": warm, "rows": rows})
+
     for k in counts:
         row = bake_on(k, pipeline, args.work, args)
         out = W.outputs(folder / "out")
@@ -141,6 +148,7 @@ def main() -> int:
         row["speedup"] = round(rows[0]["wall_s"] / row["wall_s"], 2) if rows else 1.0
         row["efficiency"] = round(row["speedup"] / k, 3)
         rows.append(row)
+        save()
         print(f"{k} GPU(s): {row['wall_s']} s, {row['tasks_per_s']} tasks/s, efficiency {row['efficiency']:.0%}",
               flush=True)
 
@@ -154,9 +162,7 @@ def main() -> int:
               f"{r['efficiency']:>7.0%} {busy:>24} {r['identical_files']:>10} {str(r['verify']):>6}")
     if skipped:
         print(f"not run (this host has {present} GPUs): {skipped}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"machine": host, "settings": {k: str(v) for k, v in vars(args).items()},
-                                    "skipped_gpu_counts": skipped, "warmup": warm, "rows": rows}, indent=1))
+    save()
     print(f"wrote {args.out}")
     return 0 if all(r["failed"] == 0 and r["verify"] for r in rows) else 1
 

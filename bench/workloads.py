@@ -7,8 +7,10 @@ Shared by the bench scripts (run as scripts, so this folder is on sys.path).
 
 from __future__ import annotations
 
+import collections
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -119,18 +121,62 @@ def link_compile_cache(folder: Path, work: Path) -> None:
         link.symlink_to(shared, target_is_directory=True)
 
 
-def run_bake(pipeline: Path, work: Path, *args: str) -> dict:
-    """Bakes in a fresh process; returns wall time, exit code and the bake report."""
+#: The line a bake logs as each task ends (bakery.progress.StageProgress.finished, without a TTY).
+TASK_DONE = re.compile(r"\[\d+/\d+\] (?P<stage>[^/\s]+)/(?P<asset>\S+) (?P<status>built|cached|failed|skipped)\b"
+                       r"(?: in (?P<seconds>[\d.]+) s)?")
+
+
+def run_streamed(cmd: list[str], *, cwd: Path, env: dict[str, str], echo: str | None = "    ",
+                 tail_chars: int = 4000, on_task=None) -> tuple[int, str]:
+    """Runs ``cmd``, echoing each task-finished line of a bake as it comes (prefixed with
+    ``echo``; None: silent), so a run cut at its time limit still shows what it finished,
+    and handing it to ``on_task(line)`` where given; returns the exit code and the tail of
+    its output (stdout and stderr together)."""
+    tail: collections.deque[str] = collections.deque()
+    size = 0
+    with subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          errors="replace") as p:
+        for line in p.stdout:
+            if TASK_DONE.search(line):
+                if echo is not None:
+                    print(echo + line.rstrip(), flush=True)
+                if on_task is not None:
+                    on_task(line)
+            tail.append(line)
+            size += len(line)
+            while size > tail_chars and len(tail) > 1:
+                size -= len(tail.popleft())
+        code = p.wait()
+    return code, "".join(tail)[-tail_chars:]
+
+
+def run_bake(pipeline: Path, work: Path, *args: str, echo: str | None = "    ") -> dict:
+    """Bakes in a fresh process (each task's end echoed as it comes); returns wall time,
+    exit code and the bake report. Paths are made absolute first: the bake runs in the
+    pipeline's folder, not in the caller's working directory."""
+    pipeline, work = Path(pipeline).resolve(), Path(work).resolve()
     report = pipeline.parent / "bench-report.json"
+    report.unlink(missing_ok=True)   # a failed bake must not show the last one's report
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "bakery", "bake", str(pipeline), "--report", str(report), *args],
-                       cwd=pipeline.parent, env=bake_env(work), capture_output=True, text=True)
+    code, log = run_streamed([sys.executable, "-m", "bakery", "bake", str(pipeline), "--report", str(report), *args],
+                             cwd=pipeline.parent, env=bake_env(work), echo=echo)
     wall = time.perf_counter() - t0
     rep = json.loads(report.read_text()) if report.is_file() else {}
-    return {"wall_s": wall, "exit": p.returncode, "report": rep, "log": (p.stdout + p.stderr)[-4000:]}
+    return {"wall_s": wall, "exit": code, "report": rep, "log": log}
+
+
+def save_json(path: Path, data: dict) -> None:
+    """Writes ``data`` atomically (a run killed mid-write keeps the previous file whole);
+    the benchmarks call it after every row, so a run cut at its time limit keeps its rows."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    os.replace(tmp, path)
 
 
 def verify(out: Path) -> bool:
+    out = Path(out).resolve()
     p = subprocess.run([sys.executable, "-m", "bakery", "verify", str(out)], capture_output=True, text=True,
                        env=bake_env(out.parent))
     return p.returncode == 0

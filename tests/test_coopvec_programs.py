@@ -113,5 +113,29 @@ def test_a_reduction_from_json_is_the_one_named_or_refused(tmp_path):
             lab.use_json('{"group": 128, "mode": "splitk", "backward": "mma"}')
         with pytest.raises(ValueError, match="skip_sum"):
             lab.use_json('{"group": 128, "mode": "splitk", "skip_sum": true}')
+        with pytest.raises(ValueError, match="skip_flush"):
+            lab.use_json('{"skip_flush": true}')
+    finally:
+        lab.use(None)
+
+
+@pytest.mark.parametrize("job", [_texture, _ntc_patches_shuffle, _material],
+                         ids=["neural_texture", "ntc_patches_shuffle", "neural_material"])
+def test_lab_spread_sum_rebuilds_only_the_sum(coopvec_stand_in, job):
+    """bench/experiments/reduction.py's spread_sum, named without a reduction (the product's
+    choice kept): apply() rebuilds a trainer's split-K sum from the lab's layers, which
+    type-check and link for a network and for a stack; the training kernel stays the
+    product's."""
+    spec, objective = job(coopvec_stand_in)
+    try:
+        variant = lab.use_json('{"spread_sum": true}')
+        assert variant.reduction is None and parameters.default_reduction is lab._PRODUCT_CHOICE
+        trainer = Trainer(coopvec_stand_in, spec, objective, TrainConfig(steps=1, batch=1024))
+        train, reduce = trainer._train, trainer._reduce
+        lab.apply(trainer)
+        assert trainer._train is train and trainer._reduce is not None and trainer._reduce is not reduce
+        assert "LabSumLinear<" in lab.lab_sum_source(trainer.source)
+        assert variant.to_dict(trainer.store.reduction) == dict(trainer.store.reduction.__dict__, forward_twice=False,
+                                                                skip_sum=False, spread_sum=True, skip_flush=False)
     finally:
         lab.use(None)

@@ -637,7 +637,9 @@ def test_latent_scatters_give_the_same_bits(device, steps, layout, size, bpp):
     from bakery.nn.trainer import TrainConfig, Trainer
 
     if steps > 1 and device.coopvec:
-        pytest.skip("CoopVec sums weight gradients in fp32 in any order: only the first step is exact")
+        # each scatter variant is its own CoopVec training kernel: later steps are equal only if
+        # the driver compiles the shared fp16 network maths alike in each (an H200 check to make)
+        pytest.skip("CoopVec: only the first step is compared across scatter kernels")
     mat, image, point = _bricks_crop(size, bpp)
 
     def train(scatter: str, layout: str) -> np.ndarray:
