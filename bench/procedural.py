@@ -27,6 +27,7 @@ Prints a table and writes JSON (bench/out/procedural.json).
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import multiprocessing
@@ -94,6 +95,23 @@ def run_cli(args: list[str]) -> dict:
     return json.loads((Path(args[args.index("-o") + 1]) / "manifest.json").read_text())
 
 
+class _ErrorLine(io.TextIOBase):
+    """stderr as it is, keeping the CLI's last ``bakery: error:`` line (what a failed
+    target's row says)."""
+
+    def __init__(self, stream):
+        self.stream, self.line = stream, None
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            if line.startswith("bakery: error:"):
+                self.line = line
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
 class _SecondsLine(logging.Handler):
     """Keeps the stage's last "procedural seconds" record."""
 
@@ -114,17 +132,20 @@ def bake_target(name: str, kind: str, src: Path, reference_nodes, params: list[s
     A failure comes back as the row's one-line ``error``."""
     out = src.parent
     t0, c0 = time.perf_counter(), time.process_time()
-    seconds = _SecondsLine()
+    seconds, stderr = _SecondsLine(), sys.stderr
     logging.getLogger("bakery").addHandler(seconds)  # not the root's: the CLI configures that
+    sys.stderr = errors = _ErrorLine(stderr)
     try:
         m = run_cli(["run", "procedural", src, "-o", out / f"{name}_proc", "--seed", seed, "--device", device,
                      *sum((["--param", p] for p in params), []), "--param", f"baseline_steps={nt_steps}",
                      "--param", f"baseline_batch={min(1 << 16, size * size)}"])
     except BaseException as e:  # noqa: BLE001 - one row says what failed; the other targets go on
         text = str(e).strip().splitlines()
-        return {"target": name, "kind": kind, "error": f"{type(e).__name__}: {text[0] if text else ''}",
+        return {"target": name, "kind": kind,
+                "error": errors.line or f"{type(e).__name__}: {text[0] if text else ''}",
                 "wall_s": round(time.perf_counter() - t0, 2), "cpu_s": round(time.process_time() - c0, 2)}
     finally:
+        sys.stderr = stderr
         logging.getLogger("bakery").removeHandler(seconds)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     met = dict(m["metrics"], psnr_db=float(m["metrics"]["psnr_db"]))  # "inf" when exact
