@@ -40,8 +40,9 @@ MIN_SIZE = 32
 #: What ``auto`` means: the search budget per device class and quality tier. CPU production
 #: keeps `bakery run procedural` on a 256^2 image under a minute on 2 lavapipe cores (the
 #: default pipeline runs it per texture); CPU preview is the one-generation search the
-#: default pipeline pinned before presets. On an H200 the GPU production row took ~44 s per
-#: 256^2 target (the search is launch-bound, not pixel-bound) and the final row ~65 s.
+#: default pipeline pinned before presets. On an H200 (bench/procedural.py) the GPU
+#: production row is host-bound, not GPU-bound: compiling each generation's fitting modules
+#: and solving ramps on the host; the benchmark's per-target seconds say which.
 PRESETS = Presets({
     "cpu": {"preview": dict(generations=1, population=6, beam=2, restarts=2, steps=80, batch=1024, fit_size=48,
                             refine_steps=60, baseline_steps=300, baseline_batch=4096),
