@@ -95,7 +95,7 @@ class DeviceSplit:
 @register
 class Procedural(Stage):
     type_name = "procedural"
-    version = "5"
+    version = "6"
     description = "find a compact procedural shader program that draws the texture"
     input_roles = ("image",)
     presets = PRESETS
