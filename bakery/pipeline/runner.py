@@ -10,6 +10,7 @@ cluster) need only honour the same contract.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -123,7 +124,8 @@ class LocalRunner:
             if handler:
                 log.removeHandler(handler)
                 handler.close()
-                handler.stream.close()
+                with contextlib.suppress(OSError):   # a full disk: the lines it holds are lost, quietly
+                    handler.stream.close()
         return Event("built", spec.id, reason=dec.reason, sums=sums, seconds=time.monotonic() - start,
                      log=log_path)
 
@@ -133,10 +135,10 @@ class LocalRunner:
             log.addFilter(NamesTask(spec.id, spec.asset))
         if self.log_dir is None:
             return log, None, None
-        from bakery.pipeline.task_log import open_task_log
+        from bakery.pipeline.task_log import TaskLogHandler, open_task_log
 
         path, stream = open_task_log(self.log_dir, spec.stage, spec.asset, spec.id)
-        h = logging.StreamHandler(stream)
+        h = TaskLogHandler(stream)
         h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         log.addHandler(h)
         log.setLevel(logging.DEBUG)

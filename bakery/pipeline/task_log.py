@@ -7,6 +7,7 @@ bakery's log had (empty, or a first line in the log formatter's layout)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -39,6 +40,15 @@ def is_task_log(path: Path) -> bool:
     except OSError:
         return False
     return not head or head.startswith(HEADER.encode()) or bool(_LEGACY_FIRST_LINE.match(head))
+
+
+class TaskLogHandler(logging.StreamHandler):
+    """A task log's handler: a line that cannot be written (a full disk, a file-size limit)
+    is dropped quietly rather than printed with a traceback; the task's own error still
+    reaches the console and the report."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        self.lost = getattr(self, "lost", 0) + 1
 
 
 def open_task_log(log_dir: Path, stage: str, asset: str, task_id: str) -> tuple[Path, TextIO]:
