@@ -351,8 +351,8 @@ def test_splitting_a_batch_into_modules_changes_no_job(device, monkeypatch):
 
 
 def test_a_pipeline_the_driver_cannot_build_is_one_line_naming_the_kernel(device):
-    """The driver's pipeline failure (seen as VK_ERROR_UNKNOWN on a GPU) surfaces when the
-    kernel is linked, as one TaskError line, not a traceback at some later dispatch."""
+    """A driver's failure to make the kernel (seen as VK_ERROR_UNKNOWN on a GPU) is one
+    TaskError line naming the kernel, not a traceback."""
     import copy
 
     from bakery.errors import TaskError
@@ -482,8 +482,24 @@ def test_a_loss_to_either_baseline_is_the_verdict_and_the_other_is_named():
     assert loses_to_both.reason.endswith("CPU budget")
 
 
-def test_stage_reports_the_neural_texture_of_equal_bytes(device, tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="bakery")
+def test_stage_reports_the_neural_texture_of_equal_bytes(device, tmp_path):
+    # a handler on the "bakery" logger itself: an in-process CLI run earlier in the session
+    # stops that logger propagating to the root, where caplog listens
+    messages: list[str] = []
+    catch = logging.Handler(logging.INFO)
+    catch.emit = lambda record: messages.append(record.getMessage())
+    bakery_log = logging.getLogger("bakery")
+    old_level = bakery_log.level
+    bakery_log.addHandler(catch)
+    bakery_log.setLevel(logging.INFO)
+    try:
+        _stage_reports_the_neural_texture_of_equal_bytes(tmp_path, messages)
+    finally:
+        bakery_log.removeHandler(catch)
+        bakery_log.setLevel(old_level)
+
+
+def _stage_reports_the_neural_texture_of_equal_bytes(tmp_path, messages):
     y, x = np.mgrid[0:48, 0:48] / 48.0
     target = np.stack([0.5 + 0.4 * np.sin(12 * x), 0.3 + 0.2 * y, 0.5 + 0 * x], -1).astype(np.float32)
     r = run_stage(write_png(tmp_path / "t.png", target), tmp_path / "out", "generations=1", "population=2",
@@ -502,7 +518,7 @@ def test_stage_reports_the_neural_texture_of_equal_bytes(device, tmp_path, caplo
     # Where the task's seconds went, for bench/procedural.py: a log line, not the bundle.
     from bakery.stages.procedural.stage import SECONDS_LOG_PREFIX
 
-    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith(SECONDS_LOG_PREFIX)]
+    (line,) = [m for m in messages if m.startswith(SECONDS_LOG_PREFIX)]
     seconds = json.loads(line[len(SECONDS_LOG_PREFIX):])
     for part in ("search", "outputs", "baseline"):
         wall = seconds[f"{part}_s"]
