@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -257,8 +259,6 @@ class Device:
             self.kernel_cache.hits += 1
             return k
         module = self.module(source)
-        import time
-
         start = time.perf_counter()
         try:
             program = self.spy.link_program([module], [module.entry_point(entry)])
@@ -279,8 +279,6 @@ class Device:
         key = self._key(source)
         module = self._programs.get(key)
         if module is None:
-            import time
-
             start = time.perf_counter()
             try:
                 module = self._programs[key] = self.spy.load_module_from_source(f"bakery_{key}",
@@ -319,8 +317,6 @@ class Device:
         Python signal handlers run and a shader that never terminates becomes a one-line
         :class:`DispatchTimeout` instead of a hung bake. The device is then marked wedged
         (its queue cannot be cancelled), and the process must end with :func:`exit_now`."""
-        import time
-
         if self.spy.is_submit_finished(submit_id):
             return
         start = time.monotonic()
@@ -349,8 +345,6 @@ class Device:
 def _compile_error(error: RuntimeError) -> str:
     """The part of a slangpy compile error a person can act on: the driver's result code
     (``VK_ERROR_...``) where it names one, else the message's first line."""
-    import re
-
     text = str(error)
     code = re.search(r"VK_ERROR_[A-Z_]+", text)
     if code:
