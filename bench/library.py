@@ -89,52 +89,38 @@ def write_material(folder: Path, index: int, size: int, seed: int) -> str:
     return convention
 
 
+#: Per convention: the file name pattern ({n}: the material's name; {l}: it in lower case)
+#: and the map each file holds. dx: the normal in DirectX's convention (green flipped);
+#: orm: AO, roughness, metalness packed; mask: Unity HDRP's mask map; height16: a 16-bit height.
+FILES = {
+    "plain": {"albedo.png": "albedo", "normal.png": "normal", "roughness.png": "roughness",
+              "metalness.png": "metalness", "ao.png": "ao", "height.png": "height16"},
+    "unreal": {"T_{n}_D.png": "albedo", "T_{n}_N.png": "dx", "T_{n}_ORM.png": "orm"},
+    "substance": {"{n}_BaseColor.png": "albedo", "{n}_Normal.png": "normal", "{n}_Roughness.png": "roughness",
+                  "{n}_Metallic.png": "metalness", "{n}_Mixed_AO.png": "ao", "{n}_Height.png": "height16"},
+    "gltf": {"{n}_baseColor.png": "albedo", "{n}_normal.png": "normal", "{n}_occlusionRoughnessMetallic.png": "orm"},
+    "unity-hdrp": {"{n}_BaseColorMap.png": "albedo", "{n}_NormalMap.png": "normal", "{n}_MaskMap.png": "mask"},
+    "ambientcg": {"{n}_2K-PNG_Color.png": "albedo", "{n}_2K-PNG_NormalGL.png": "normal",
+                  "{n}_2K-PNG_Roughness.png": "roughness", "{n}_2K-PNG_Metalness.png": "metalness",
+                  "{n}_2K-PNG_AmbientOcclusion.png": "ao", "{n}_2K-PNG_Displacement.png": "height16"},
+    "polyhaven": {"{l}_diff_2k.png": "albedo", "{l}_nor_dx_2k.png": "dx", "{l}_arm_2k.png": "orm",
+                  "{l}_disp_2k.png": "height16"},
+}
+
+
 def write_convention(folder: Path, name: str, convention: str, m: dict[str, np.ndarray]) -> None:
-    """``m`` (role -> [H, W, C] in [0, 1], normals OpenGL) named and packed as ``convention`` ships it."""
+    """``m`` (role -> [H, W, C] in [0, 1], normals OpenGL) named and packed as ``convention``
+    ships it (FILES)."""
+    if convention not in FILES:
+        raise ValueError(convention)
     folder.mkdir(parents=True, exist_ok=True)
     dx = m["normal"].copy()
     dx[..., 1] = 1.0 - dx[..., 1]
-    orm = np.concatenate([m["ao"], m["roughness"], m["metalness"]], -1)
-    if convention == "plain":
-        for role in ("albedo", "normal", "roughness", "metalness", "ao"):
-            _save(folder / f"{role}.png", m[role])
-        _save(folder / "height.png", m["height"], 16)
-    elif convention == "unreal":
-        _save(folder / f"T_{name}_D.png", m["albedo"])
-        _save(folder / f"T_{name}_N.png", dx)
-        _save(folder / f"T_{name}_ORM.png", orm)
-    elif convention == "substance":
-        _save(folder / f"{name}_BaseColor.png", m["albedo"])
-        _save(folder / f"{name}_Normal.png", m["normal"])
-        _save(folder / f"{name}_Roughness.png", m["roughness"])
-        _save(folder / f"{name}_Metallic.png", m["metalness"])
-        _save(folder / f"{name}_Mixed_AO.png", m["ao"])
-        _save(folder / f"{name}_Height.png", m["height"], 16)
-    elif convention == "gltf":
-        _save(folder / f"{name}_baseColor.png", m["albedo"])
-        _save(folder / f"{name}_normal.png", m["normal"])
-        _save(folder / f"{name}_occlusionRoughnessMetallic.png", orm)
-    elif convention == "unity-hdrp":
-        mask = np.concatenate([m["metalness"], m["ao"], np.ones_like(m["ao"]), 1.0 - m["roughness"]], -1)
-        _save(folder / f"{name}_BaseColorMap.png", m["albedo"])
-        _save(folder / f"{name}_NormalMap.png", m["normal"])
-        _save(folder / f"{name}_MaskMap.png", mask)
-    elif convention == "ambientcg":
-        p = f"{name}_2K-PNG_"
-        _save(folder / f"{p}Color.png", m["albedo"])
-        _save(folder / f"{p}NormalGL.png", m["normal"])
-        _save(folder / f"{p}Roughness.png", m["roughness"])
-        _save(folder / f"{p}Metalness.png", m["metalness"])
-        _save(folder / f"{p}AmbientOcclusion.png", m["ao"])
-        _save(folder / f"{p}Displacement.png", m["height"], 16)
-    elif convention == "polyhaven":
-        p = name.lower()
-        _save(folder / f"{p}_diff_2k.png", m["albedo"])
-        _save(folder / f"{p}_nor_dx_2k.png", dx)
-        _save(folder / f"{p}_arm_2k.png", orm)
-        _save(folder / f"{p}_disp_2k.png", m["height"], 16)
-    else:
-        raise ValueError(convention)
+    maps = dict(m, dx=dx, orm=np.concatenate([m["ao"], m["roughness"], m["metalness"]], -1),
+                mask=np.concatenate([m["metalness"], m["ao"], np.ones_like(m["ao"]), 1.0 - m["roughness"]], -1))
+    for pattern, key in FILES[convention].items():
+        bits = 16 if key == "height16" else 8
+        _save(folder / pattern.format(n=name, l=name.lower()), maps["height" if bits == 16 else key], bits)
 
 
 def write_library(root: Path, count: int, size: int, seed: int, workers: int) -> dict[str, int]:
