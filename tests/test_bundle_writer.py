@@ -120,8 +120,8 @@ i = 0
 while True:
     stage = root / f"staging-{i}"
     stage.mkdir()
-    for k in range(20):
-        (stage / f"f{k}.txt").write_text(str(i))
+    for k in range(20):   # a bundle has its manifest: recover() restores only an aside that holds one
+        (stage / ("manifest.json" if k == 0 else f"f{k}.txt")).write_text(str(i))
     atomic_publish(stage, final, use_exchange=use_exchange)
     i += 1
     if i == 3:
