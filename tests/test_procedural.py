@@ -333,20 +333,19 @@ def test_ramp_normal_equations_from_prefix_sums_match_the_per_pixel_solve():
         assert np.allclose(c, want_c, atol=1e-8) and m == pytest.approx(want_m, rel=1e-9, abs=1e-14)
 
 
-def test_splitting_a_batch_into_modules_changes_no_job(device, monkeypatch):
-    """Each job samples by its own index, so fitting structures in modules of one gives
-    exactly what one module of all of them gives (fit.MODULE_STRUCTURES)."""
+def test_batching_jobs_together_changes_no_job(device):
+    """Each job samples by its own index and reads its own structure's instructions, so
+    fitting three structures in one batch gives exactly what fitting each alone gives."""
     target = render_shader(device, program(GENERATORS["checker_ramp"]), 32, 32)
     stats = texture_stats.statistics(target)
-    structures = [program(GENERATORS[n]).structure() for n in ("checker_ramp", "bricks", "striped_gradient")]
-    jobs = [(s, dsl.flatten(program(GENERATORS[n]))) for s, n in
-            enumerate(("checker_ramp", "bricks", "striped_gradient"))]
+    names = ("checker_ramp", "bricks", "striped_gradient")
+    structures = [program(GENERATORS[n]).structure() for n in names]
+    jobs = [(s, dsl.flatten(program(GENERATORS[n]))) for s, n in enumerate(names)]
     cfg = fit.FitConfig(steps=4, batch=512, texture_weight=1.0)
     together = fit.fit_jobs(device, target, stats, structures, jobs, cfg)
-    monkeypatch.setattr(fit, "MODULE_STRUCTURES", 1)
-    apart = fit.fit_jobs(device, target, stats, structures, jobs, cfg)
-    for a, b in zip(together, apart):
-        assert a.structure == b.structure and np.array_equal(a.params, b.params)
+    for (s, values), a in zip(jobs, together):
+        (b,) = fit.fit_jobs(device, target, stats, [structures[s]], [(0, values)], cfg)
+        assert a.structure == s and np.array_equal(a.params, b.params)
         assert np.array_equal(a.render, b.render)
 
 
@@ -371,7 +370,7 @@ def test_a_pipeline_the_driver_cannot_build_is_one_line_naming_the_kernel(device
     refusing = copy.copy(device)
     refusing.spy, refusing._programs = Refusing(device.spy), {}
     refusing.kernel_cache = type(device.kernel_cache)()
-    source = fit.fit_source([program(GENERATORS["checker_ramp"]).structure()], False, False)
+    source = fit.fit_source(texture=False)
     with pytest.raises(TaskError) as e:
         refusing.kernel(source, "render")
     assert str(e.value) == (f"compiling kernel 'render' for {device.info.adapter} failed: the driver returned "
