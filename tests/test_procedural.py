@@ -142,6 +142,82 @@ def test_emitted_slang_renders_what_the_search_evaluates(device, tile):
         np.testing.assert_allclose(moved, render_shader(device, node, SIZE, SIZE, tile=True), atol=1e-4)
 
 
+#: A program of smooth ops only (no edges, no cell hashes): its derivative exists
+#: everywhere, so finite differences can check the interpreter's backward pass.
+SMOOTH = {"op": "mix", "inputs": [
+    {"op": "multiply", "inputs": [
+        {"op": "stripes_sine", "params": {"k": [2, 1], "phase": [0.1]}},
+        {"op": "linear_gradient", "params": {"k": [0.3, -0.2], "offset": [0.5]}}]},
+    ramp({"op": "add", "inputs": [
+        {"op": "radial_gradient", "params": {"center": [0.4, 0.6], "scale": [0.3], "offset": [0.2]}},
+        {"op": "warp_sine", "params": {"k": [1, 2], "amplitude": [0.04, 0.03], "phase": [0.2]}, "inputs": [
+            {"op": "fbm", "attrs": {"octaves": 2, "basis": "gradient"},
+             "params": {"frequency": [3], "gain": [0.5], "offset": [0.3, 0.7]}}]}]},
+         [0.1, 0.2, 0.3, 0.8, 0.6, 0.4, 0.9, 0.9, 0.2], (-1.0, 0.7, 3.0)),
+    {"op": "constant", "params": {"colour": [0.3, 0.5, 0.7]}}]}
+
+_GRADIENT_KERNEL = """
+#include "stages/procedural/interpreter.slang"
+RWStructuredBuffer<float> g_p;
+RWStructuredBuffer<float> g_weights;
+RWStructuredBuffer<float> g_out;     // [pixels][3]
+RWStructuredBuffer<float> g_grads;   // [pixels][BK_MAXP]
+[shader("compute")]
+[numthreads(64, 1, 1)]
+void check(uint3 tid: SV_DispatchThreadID, uniform uint size)
+{
+    if (tid.x >= size * size)
+        return;
+    float p[BK_MAXP];
+    for (uint i = 0; i < BK_MAXP; i++)
+        p[i] = g_p[i];
+    float2 fw = float2(1.0, 1.0) / float(size);
+    float2 uv = (float2(float(tid.x % size), float(tid.x / size)) + 0.5) * fw;
+    float3 c = bk_eval(0, uv, fw, p);
+    g_out[3 * tid.x] = c.x;
+    g_out[3 * tid.x + 1] = c.y;
+    g_out[3 * tid.x + 2] = c.z;
+    var dp = diffPair(p);
+    bwd_diff(bk_eval)(0, uv, fw, dp, float3(g_weights[3 * tid.x], g_weights[3 * tid.x + 1], g_weights[3 * tid.x + 2]));
+    for (uint i = 0; i < BK_MAXP; i++)
+        g_grads[tid.x * BK_MAXP + i] = dp.d[i];
+}
+"""
+
+
+def test_the_interpreters_gradient_matches_finite_differences(device):
+    """bk_eval_bwd (the instructions in reverse) against central differences of the
+    interpreter's own forward pass, for every slot of a smooth program: a weighted sum
+    of the colours over a 16^2 image."""
+    from bakery.nn.parameters import make_buffer
+    from bakery.stages.procedural import bytecode
+
+    node = program(SMOOTH)
+    code, rows, scales = bytecode.pack([node.structure()])
+    values = dsl.flatten(node) / dsl.param_scales(node)
+    size, slots = 16, len(values)
+    weights = np.random.default_rng(0).normal(size=size * size * 3).astype(np.float32)
+    kernel = device.kernel(_GRADIENT_KERNEL, "check")
+    buffers = {"g_code": make_buffer(device, code.reshape(-1)), "g_structures": make_buffer(device, rows.reshape(-1)),
+               "g_scales": make_buffer(device, scales), "g_weights": make_buffer(device, weights),
+               "g_out": make_buffer(device, np.zeros(size * size * 3, np.float32)),
+               "g_grads": make_buffer(device, np.zeros(size * size * bytecode.MAX_PARAMS, np.float32))}
+
+    def run(p: np.ndarray):
+        buffers["g_p"] = make_buffer(device, np.pad(p, (0, bytecode.MAX_PARAMS - slots)).astype(np.float32))
+        device.submit(lambda enc: kernel.dispatch([size * size, 1, 1], vars=buffers, command_encoder=enc, size=size))
+        device.wait()
+        colours = buffers["g_out"].to_numpy().view(np.float32)[: size * size * 3].astype(np.float64)
+        grads = buffers["g_grads"].to_numpy().view(np.float32).reshape(size * size, -1)[:, :slots]
+        return float(colours @ weights), grads.astype(np.float64).sum(axis=0)
+
+    _, analytic = run(values)
+    h = 1e-3
+    numeric = np.array([(run(values + h * e)[0] - run(values - h * e)[0]) / (2 * h) for e in np.eye(slots)])
+    assert np.abs(analytic).max() > 1.0  # the weights reach the parameters
+    np.testing.assert_allclose(analytic, numeric, rtol=2e-2, atol=2e-2 * np.abs(numeric).max())
+
+
 def test_hard_edges_are_box_filtered_over_the_pixel(device):
     """An edge drawn at 64^2 covers each pixel as much as the 512^2 drawing does on
     average over that pixel (what an anti-aliased shader draws), not a learned blur."""
