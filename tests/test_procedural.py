@@ -173,20 +173,26 @@ void check(uint3 tid: SV_DispatchThreadID, uniform uint size)
         p[i] = g_p[i];
     float2 fw = float2(1.0, 1.0) / float(size);
     float2 uv = (float2(float(tid.x % size), float(tid.x / size)) + 0.5) * fw;
-    float3 c = bk_eval(0, uv, fw, p);
+    uint4 st = g_structures[0];
+    float q[BK_MAXP];
+    bk_scale(st, p, q);
+    float4 r[BK_REGISTERS];
+    float3 c = bk_run(st, uv, fw, q, r);
     g_out[3 * tid.x] = c.x;
     g_out[3 * tid.x + 1] = c.y;
     g_out[3 * tid.x + 2] = c.z;
-    var dp = diffPair(p);
-    bwd_diff(bk_eval)(0, uv, fw, dp, float3(g_weights[3 * tid.x], g_weights[3 * tid.x + 1], g_weights[3 * tid.x + 2]));
+    float dq[BK_MAXP] = {};
+    bk_backward(st, r, q, float3(g_weights[3 * tid.x], g_weights[3 * tid.x + 1], g_weights[3 * tid.x + 2]), dq);
+    float dp[BK_MAXP];
+    bk_scale(st, dq, dp);
     for (uint i = 0; i < BK_MAXP; i++)
-        g_grads[tid.x * BK_MAXP + i] = dp.d[i];
+        g_grads[tid.x * BK_MAXP + i] = dp[i];
 }
 """
 
 
 def test_the_interpreters_gradient_matches_finite_differences(device):
-    """bk_eval_bwd (the instructions in reverse) against central differences of the
+    """bk_backward (the instructions in reverse) against central differences of the
     interpreter's own forward pass, for every slot of a smooth program: a weighted sum
     of the colours over a 16^2 image."""
     from bakery.nn.parameters import make_buffer

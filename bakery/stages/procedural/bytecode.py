@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bakery.stages.procedural.codegen import slot_layout
 from bakery.stages.procedural.dsl import FIELD, Node, ProgramError, node_type, param_scales
 
 #: Opcodes, as interpreter.slang numbers them (BK_OP_*).
@@ -31,8 +32,8 @@ OPCODES = {name: i for i, name in enumerate((
 MAX_INSTRUCTIONS = 96
 MAX_PARAMS = 128
 MAX_OP_PARAMS = 16
-#: Ops whose lattice wraps when the target tiles: the period comes from their first slot
-#: (frequency or count), as codegen's ``period``.
+#: The attr bit of an op whose lattice wraps (the target tiles): the period comes from its
+#: first slot (frequency or count), as codegen's ``period``.
 WRAPS = 0x10000
 PERIODIC_SLOT0 = {"bricks", "brick_cells", "value_noise", "gradient_noise", "fbm", "worley", "worley_cells", "warp"}
 
@@ -54,8 +55,7 @@ def encode(node: Node, *, tile: bool = False) -> Bytecode:
     """The instructions of ``node``'s structure (parameters, if any, are ignored: slots
     are laid out as dsl.flatten lays them); ``tile``: the noise lattices wrap. Raises
     ProgramError when the structure does not fit the interpreter's limits."""
-    from bakery.stages.procedural.codegen import _slots  # the slot layout the shader uses
-    slots = _slots(node)
+    slots = slot_layout(node)
     total = sum(len(idx) for per in slots.values() for idx in per.values())
     if total > MAX_PARAMS:
         raise ProgramError(f"root: {total} parameters; the fitting interpreter takes at most {MAX_PARAMS}")

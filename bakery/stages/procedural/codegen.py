@@ -1,10 +1,10 @@
 """A program tree turned into shader code.
 
-One walk of the tree emits straight-line code over the primitives of primitives.slang.
-The same walk serves two forms: the fitting form reads parameter slot ``i`` as
-``p[i] * scale`` from a differentiable array, the shipped form writes each value as a
-float literal inside ``float3 bakery_procedural(float2 uv, float2 fw)``. HLSL and GLSL are
-that Slang compiled by the Slang compiler (crosscompile.py), so the languages cannot drift.
+One walk of the tree emits straight-line code over the primitives of primitives.slang,
+each value a float literal, inside ``float3 bakery_procedural(float2 uv, float2 fw)``;
+the search fits the same statements run as instructions (bytecode.py mirrors this walk).
+HLSL and GLSL are that Slang compiled by the Slang compiler (crosscompile.py), so the
+languages cannot drift.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 
 from bakery.stages.procedural.crosscompile import compile_to
-from bakery.stages.procedural.dsl import FIELD, Node, instructions, node_type, complexity, param_scales
+from bakery.stages.procedural.dsl import FIELD, Node, instructions, node_type, complexity
 
 LIBRARY = Path(__file__).with_name("primitives.slang")
 LANGUAGES = ("slang", "hlsl", "glsl")
@@ -27,7 +27,7 @@ def _literal(v: float) -> str:
     return text if "." in text else text + ".0"
 
 
-def _slots(node: Node) -> dict[tuple, dict[str, list[int]]]:
+def slot_layout(node: Node) -> dict[tuple, dict[str, list[int]]]:
     """Parameter slots per node (by path), in the layout order of dsl.flatten: the walk
     below may emit a subtree more than once (a threshold's footprint), the slots once."""
     out: dict[tuple, dict[str, list[int]]] = {}
@@ -54,7 +54,7 @@ def _emit(node: Node, slot: Callable[[int], str], period: Callable[[int], str]) 
     lattice period for the frequency in slot i ("0.0" when the program does not tile)."""
     lines: list[str] = []
     counter = [0]
-    slots = _slots(node)
+    slots = slot_layout(node)
 
     def var(kind: str, expr: str) -> str:
         name = f"v{counter[0]}"
@@ -138,23 +138,6 @@ def _emit(node: Node, slot: Callable[[int], str], period: Callable[[int], str]) 
 
     result = walk(node, (), "uv", "fw")
     return lines, result
-
-
-def fitting_function(node: Node, name: str, max_params: int, *, tile: bool = False) -> str:
-    """``[Differentiable] float3 name(float2 uv, float2 fw, float p[max_params])`` for the
-    search: slot i is read as ``p[i] * scale`` so the optimiser sees unit-sized values."""
-    scales = param_scales(node)
-
-    def slot(i: int) -> str:
-        s = scales[i]
-        return f"p[{i}]" if s == 1.0 else f"(p[{i}] * {_literal(s)})"
-
-    def period(i: int) -> str:
-        return f"(no_diff bk_period({slot(i)}))" if tile else "0.0"
-
-    lines, result = _emit(node, slot, period)
-    return (f"[Differentiable]\nfloat3 {name}(no_diff float2 uv, no_diff float2 fw, float p[{max_params}])\n{{\n"
-            + "\n".join(lines) + f"\n    return {result};\n}}\n")
 
 
 def _header(node: Node, lang: str, tile: bool) -> str:
