@@ -6,7 +6,7 @@
 #   bash bench/all.sh NAME[:SECONDS] ...
 #
 # NAME: suite | mipmap | fit | procedural | train_texture | ntc | ntc_scatter | ntc_updates | ntc_touched |
-#       ntc_repeat | ntc_options | backward_anatomy | spread_sum | neural_material | runners | scale | determinism |
+#       ntc_repeat | ntc_options | backward_anatomy | neural_material | runners | scale | determinism |
 #       determinism_STAGE | studio_library | studio_library_STAGE[_SET] | rebake | library
 # SUITE_ARGS: extra pytest arguments for the suite (e.g. --ignore=tests/test_view.py where no browser is installed).
 # The machine needs slangpy, a Vulkan driver and the packages pyproject.toml names (see README).
@@ -50,15 +50,6 @@ command_of() {
                           "python3 bench/ntc.py --device vulkan --bpp 8 --param latent_updates=lazy" \
                           "--param patches=true --out bench/out/ntc_lazy_patches.json" ;;
     backward_anatomy) echo "python3 bench/backward_anatomy.py --device vulkan" ;;
-    # the lab's spread split-K sum (bench/experiments/reduction.py) and 66 sum workgroups against
-    # the product's reduction: the texture fit's GPU time per phase, then NTC's step with each
-    spread_sum)      echo "python3 bench/grad_reduction.py --device vulkan --only" \
-                          "'column groups: blocks of 32, warp copies, slots;spread sum;column groups: 66'" \
-                          "--out bench/out/spread_sum_texture.json &&" \
-                          "python3 bench/ntc.py --device vulkan --bpp --big 2048 --big-steps 2000 --check 1000" \
-                          "--out bench/out/spread_sum_ntc_product.json &&" \
-                          "python3 bench/ntc.py --device vulkan --bpp --big 2048 --big-steps 2000 --check 1000" \
-                          "--reduction '{\"spread_sum\": true}' --out bench/out/spread_sum_ntc.json" ;;
     neural_material) echo "python3 bench/neural_material.py --device vulkan" ;;
     runners)         echo "python3 bench/runners.py --device vulkan --jobs 2" ;;
     # the default pipeline baked cold in a fresh folder (wall and compiles per stage), then re-baked cached

@@ -53,8 +53,9 @@ BLOCKS = replace(GENERATED, row_block=32, row_copy=True)
 # and with each block's slots column group by column group (the default since)
 COLUMNS = replace(BLOCKS, row_tiles=True)
 # The designs measured and dropped (fp32 atomics, element and packed staging, per-thread
-# split-K sums, more output tiles per warp, transposed weight copies, the backward pass on
-# cooperative matrices) are in bench/HISTORY.md; the product no longer builds them.
+# split-K sums, more output tiles per warp, the sum spread over 32-lane warps, transposed weight
+# copies, the backward pass on cooperative matrices) are in bench/HISTORY.md; the product no longer
+# builds them.
 VARIANTS = {
     "slices-256x264 (no cooperative matrices)": V(R()),
     "slices-256x132": V(R(max_groups=132)),
@@ -75,14 +76,10 @@ VARIANTS = {
     "column groups: blocks of 128, warp copies, slots column group by column group": V(
         replace(BLOCKS, row_block=128, row_tiles=True)),
     "column groups: blocks of 32, 264 sum groups": V(replace(COLUMNS, reduce_groups=264)),
-    "spread sum: column groups, one output tile per warp": V(COLUMNS, spread_sum=True),
-    "spread sum: column groups, 66 sum groups": V(replace(COLUMNS, reduce_groups=66), spread_sum=True),
     "column groups: 66 sum groups": V(replace(COLUMNS, reduce_groups=66)),
     "occupancy: default, 528 training workgroups": V(replace(COLUMNS, max_groups=528)),
     "occupancy: default, one tile per training workgroup": V(replace(COLUMNS, max_groups=1 << 16)),
     "diag: column groups, no sum (wrong)": V(COLUMNS, skip_sum=True),
-    "diag: column groups, sum without its atomics (wrong)": V(COLUMNS, skip_flush=True),
-    "diag: spread sum without its atomics (wrong)": V(COLUMNS, spread_sum=True, skip_flush=True),
     "diag: rows in blocks of 32, warp copies, no sum (wrong)": V(BLOCKS, skip_sum=True),
     "diag: 128-thread stores, no sum (wrong)": V(R(group=128, mode="splitk", unroll=2), skip_sum=True),
 }

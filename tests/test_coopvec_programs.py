@@ -113,29 +113,27 @@ def test_a_reduction_from_json_is_the_one_named_or_refused(tmp_path):
             lab.use_json('{"group": 128, "mode": "splitk", "backward": "mma"}')
         with pytest.raises(ValueError, match="skip_sum"):
             lab.use_json('{"group": 128, "mode": "splitk", "skip_sum": true}')
-        with pytest.raises(ValueError, match="skip_flush"):
-            lab.use_json('{"skip_flush": true}')
+        with pytest.raises(ValueError, match="skip_sum"):
+            lab.use_json('{"skip_sum": true}')  # over the product's choice too
     finally:
         lab.use(None)
 
 
-@pytest.mark.parametrize("job", [_texture, _ntc_patches_shuffle, _material],
-                         ids=["neural_texture", "ntc_patches_shuffle", "neural_material"])
-def test_lab_spread_sum_rebuilds_only_the_sum(coopvec_stand_in, job):
-    """bench/experiments/reduction.py's spread_sum, named without a reduction (the product's
-    choice kept): apply() rebuilds a trainer's split-K sum from the lab's layers, which
-    type-check and link for a network and for a stack; the training kernel stays the
-    product's."""
-    spec, objective = job(coopvec_stand_in)
+def test_lab_changes_over_the_product_choice(coopvec_stand_in):
+    """A variant named without a reduction keeps the product's choice and records the one a
+    store took; apply() with skip_sum (grad_reduction.py's diagnostic) drops only the split-K
+    sum dispatch, the training kernel stays the product's."""
+    spec, objective = _texture(coopvec_stand_in)
     try:
-        variant = lab.use_json('{"spread_sum": true}')
-        assert variant.reduction is None and parameters.default_reduction is lab._PRODUCT_CHOICE
+        twice = lab.use_json('{"forward_twice": true}')
+        assert twice.reduction is None and parameters.default_reduction is lab._PRODUCT_CHOICE
+        used = parameters.CoopVecReduction(group=128, mode="splitk")
+        assert twice.to_dict(used) == dict(used.__dict__, forward_twice=True, skip_sum=False)
+        lab.use(lab.Variant(None, skip_sum=True))
         trainer = Trainer(coopvec_stand_in, spec, objective, TrainConfig(steps=1, batch=1024))
-        train, reduce = trainer._train, trainer._reduce
+        train = trainer._train
+        assert trainer._reduce is not None
         lab.apply(trainer)
-        assert trainer._train is train and trainer._reduce is not None and trainer._reduce is not reduce
-        assert "LabSumLinear<" in lab.lab_sum_source(trainer.source)
-        assert variant.to_dict(trainer.store.reduction) == dict(trainer.store.reduction.__dict__, forward_twice=False,
-                                                                skip_sum=False, spread_sum=True, skip_flush=False)
+        assert trainer._train is train and trainer._reduce is None
     finally:
         lab.use(None)

@@ -15,25 +15,19 @@ from bakery.nn.encodings import FrequencyEncoding, IdentityEncoding
 from bakery.nn.network import NetworkSpec
 from bakery.nn.parameters import FIXED_POINT_SCALE, CoopVecReduction, ParameterStore, make_buffer
 from bakery.nn.stack import NetworkStack
-from bench.experiments.reduction import lab_sum_source
 from tests.test_coopvec_layout import _FakeDevice
 
 
-@pytest.mark.parametrize("group,groups,unroll,block,lab", [
-    (256, 3, 1, 1, ""), (128, 5, 2, 1, ""), (64, 2, 1, 1, ""), (256, 7, 4, 1, ""),
-    (128, 5, 2, 32, ""), (256, 7, 1, 128, ""), (128, 5, 2, -32, ""), (128, 7, 1, -128, ""),
-    (64, 2, 1, 1, "spread"), (128, 5, 2, -32, "spread"), (256, 7, 1, 128, "spread"),
-    (128, 5, 2, -32, "product layout"), (128, 5, 2, -32, "skip flush")])
+@pytest.mark.parametrize("group,groups,unroll,block", [
+    (256, 3, 1, 1), (128, 5, 2, 1), (64, 2, 1, 1), (256, 7, 4, 1), (128, 5, 2, 32), (256, 7, 1, 128),
+    (128, 5, 2, -32), (128, 7, 1, -128)])
 @pytest.mark.parametrize("stacked", [False, True])
-def test_split_k_reduction_matches_numpy(device, group, groups, unroll, block, lab, stacked):
+def test_split_k_reduction_matches_numpy(device, group, groups, unroll, block, stacked):
     """Every layer's dW and db, also for a stack of networks (each network reduces its own
     layers, found by their index in the whole store), with warps owning one output tile or
     several (a 40-wide layer over a 64-thread workgroup's one 64-lane wave), from rows
     stored one per sample or interleaved over blocks of samples (row_block), their slots
-    sample by sample or (block < 0 here) column group by column group (row_tiles); and the
-    lab's sum (bench/experiments/reduction.py): its output tiles spread over 32-lane warps
-    (each warp taking its owners in turn where warps are wider) or as the product spreads
-    them, and its diagnostic that never runs the atomics (nothing added)."""
+    sample by sample or (block < 0 here) column group by column group (row_tiles)."""
     import slangpy as spy
 
     if not device.spy.has_feature(spy.Feature.cooperative_matrix):
@@ -63,12 +57,9 @@ def test_split_k_reduction_matches_numpy(device, group, groups, unroll, block, l
         xs.append(x.astype(np.float64))
         dys.append(dy.astype(np.float64))
     source = (store.defines() + "#define BAKERY_COOPVEC 1\n" + '#include "nn/mlp.slang"\n'
-              + program_source(spec, store.linear_args))
-    if lab:
-        source = lab_sum_source(source, spread=lab == "spread", flush=lab != "skip flush")
+              + program_source(spec, store.linear_args) + '#include "nn/grad_reduce.slang"\n')
     module = device.spy.load_module_from_source(
-        f"grad_reduce_test_{group}_{unroll}_{block}_{lab.replace(' ', '_')}_{stacked}",
-        source + '#include "nn/grad_reduce.slang"\n')
+        f"grad_reduce_test_{group}_{unroll}_{block}_{stacked}", source)
     kernel = device.spy.create_compute_kernel(
         device.spy.link_program([module], [module.entry_point("bk_reduce_gradients")]))
     grads = make_buffer(device, np.zeros(spec.param_count, np.int64))  # fixed point (nn/fixed_point.slang)
@@ -79,9 +70,6 @@ def test_split_k_reduction_matches_numpy(device, group, groups, unroll, block, l
                                               command_encoder=enc, batch=batch, groups=groups))
     device.wait()
     got = grads.to_numpy().view(np.int64)[: spec.param_count] / FIXED_POINT_SCALE
-    if lab == "skip flush":
-        assert not got.any()
-        return
     for l, x, dy in zip(spec.layers, xs, dys):
         np.testing.assert_allclose(got[l.weight_offset:l.bias_offset].reshape(l.n_out, l.n_in), dy.T @ x,
                                    rtol=1e-4, atol=2e-3)
