@@ -7,6 +7,7 @@ import logging
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -124,11 +125,12 @@ def test_malformed_programs_are_refused_with_the_path(bad, problem):
 
 
 # -- shader emission -------------------------------------------------------------------------
+@pytest.mark.parametrize("interpret", [False, True], ids=["compiled", "interpreted"])
 @pytest.mark.parametrize("tile", [False, True])
-def test_emitted_slang_renders_what_the_search_evaluates(device, tile):
+def test_emitted_slang_renders_what_the_search_evaluates(device, tile, interpret):
     for obj in (EVERY_OP, *GENERATORS.values()):
         node = program(obj)
-        searched = fit.render_program(device, node, SIZE, SIZE, tile=tile)
+        searched = fit.render_program(device, node, SIZE, SIZE, tile=tile, interpret=interpret)
         shipped = render_shader(device, node, SIZE, SIZE, tile=tile)
         assert np.isfinite(searched).all()
         np.testing.assert_allclose(shipped, searched, atol=2e-5)
@@ -415,20 +417,25 @@ def test_ramp_normal_equations_from_prefix_sums_match_the_per_pixel_solve():
         assert np.allclose(c, want_c, atol=1e-8) and m == pytest.approx(want_m, rel=1e-9, abs=1e-14)
 
 
-def test_batching_jobs_together_changes_no_job(device):
-    """Each job samples by its own index and reads its own structure's instructions, so
-    fitting three structures in one batch gives exactly what fitting each alone gives."""
+@pytest.mark.parametrize("interpret", [False, True], ids=["compiled", "interpreted"])
+def test_batching_jobs_together_changes_no_job(device, interpret):
+    """Each job samples by its own index and reads its own structure (instructions or
+    compiled case), so fitting three structures in one batch gives exactly what fitting
+    each alone gives; and both fitting forms fit the same."""
     target = render_shader(device, program(GENERATORS["checker_ramp"]), 32, 32)
     stats = texture_stats.statistics(target)
     names = ("checker_ramp", "bricks", "striped_gradient")
     structures = [program(GENERATORS[n]).structure() for n in names]
     jobs = [(s, dsl.flatten(program(GENERATORS[n]))) for s, n in enumerate(names)]
-    cfg = fit.FitConfig(steps=4, batch=512, texture_weight=1.0)
+    cfg = fit.FitConfig(steps=4, batch=512, texture_weight=1.0, interpret=interpret)
     together = fit.fit_jobs(device, target, stats, structures, jobs, cfg)
     for (s, values), a in zip(jobs, together):
         (b,) = fit.fit_jobs(device, target, stats, [structures[s]], [(0, values)], cfg)
         assert a.structure == s and np.array_equal(a.params, b.params)
         assert np.array_equal(a.render, b.render)
+    other = fit.fit_jobs(device, target, stats, structures, jobs, replace(cfg, interpret=not interpret))
+    for a, b in zip(together, other):
+        np.testing.assert_allclose(a.params, b.params, rtol=1e-4, atol=1e-5)
 
 
 def test_a_pipeline_the_driver_cannot_build_is_one_line_naming_the_kernel(device):
@@ -452,7 +459,7 @@ def test_a_pipeline_the_driver_cannot_build_is_one_line_naming_the_kernel(device
     refusing = copy.copy(device)
     refusing.spy, refusing._programs = Refusing(device.spy), {}
     refusing.kernel_cache = type(device.kernel_cache)()
-    source = fit.fit_source(texture=False)
+    source = fit.fit_source([program(GENERATORS["checker_ramp"]).structure()], False, False, interpret=False)
     with pytest.raises(TaskError) as e:
         refusing.kernel(source, "render")
     assert str(e.value) == (f"compiling kernel 'render' for {device.info.adapter} failed: the driver returned "

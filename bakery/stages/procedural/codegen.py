@@ -1,8 +1,9 @@
 """A program tree turned into shader code.
 
 One walk of the tree emits straight-line code over the primitives of primitives.slang,
-each value a float literal, inside ``float3 bakery_procedural(float2 uv, float2 fw)``;
-the search fits the same statements run as instructions (bytecode.py mirrors this walk).
+each value a float literal, inside ``float3 bakery_procedural(float2 uv, float2 fw)``.
+The search fits the same statements, either compiled with parameter slots in place of the
+literals (``fitting_function``) or run as instructions (bytecode.py mirrors this walk).
 HLSL and GLSL are that Slang compiled by the Slang compiler (crosscompile.py), so the
 languages cannot drift.
 """
@@ -16,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 from bakery.stages.procedural.crosscompile import compile_to
-from bakery.stages.procedural.dsl import FIELD, Node, instructions, node_type, complexity
+from bakery.stages.procedural.dsl import FIELD, Node, instructions, node_type, complexity, param_scales
 
 LIBRARY = Path(__file__).with_name("primitives.slang")
 LANGUAGES = ("slang", "hlsl", "glsl")
@@ -138,6 +139,24 @@ def _emit(node: Node, slot: Callable[[int], str], period: Callable[[int], str]) 
 
     result = walk(node, (), "uv", "fw")
     return lines, result
+
+
+def fitting_function(node: Node, name: str, max_params: int, *, tile: bool = False) -> str:
+    """``[Differentiable] float3 name(float2 uv, float2 fw, float p[max_params])``, the
+    compiled fitting form (fit.py, on devices that compile fast): slot i is read as
+    ``p[i] * scale`` so the optimiser sees unit-sized values."""
+    scales = param_scales(node)
+
+    def slot(i: int) -> str:
+        s = scales[i]
+        return f"p[{i}]" if s == 1.0 else f"(p[{i}] * {_literal(s)})"
+
+    def period(i: int) -> str:
+        return f"(no_diff bk_period({slot(i)}))" if tile else "0.0"
+
+    lines, result = _emit(node, slot, period)
+    return (f"[Differentiable]\nfloat3 {name}(no_diff float2 uv, no_diff float2 fw, float p[{max_params}])\n{{\n"
+            + "\n".join(lines) + f"\n    return {result};\n}}\n")
 
 
 def _header(node: Node, lang: str, tile: bool) -> str:

@@ -1,10 +1,12 @@
 """Fitting the continuous parameters of many candidate programs in one go.
 
 Every (structure, restart) pair is a job with its own parameter slots in one
-:class:`PlainParameters` group; every structure is a few instructions for the fitting
-interpreter (bytecode.py, interpreter.slang), compiled once per device, so each training
-step is one statistics dispatch, one backward dispatch and one Adam dispatch for all the
-jobs of a generation, and a new structure costs no compile. The loop is the shared
+:class:`PlainParameters` group. On a GPU every structure is a few instructions for the
+fitting interpreter (bytecode.py, interpreter.slang), compiled once per process, so each
+training step is one statistics dispatch, one backward dispatch and one Adam dispatch for
+all the jobs of a generation, and a new structure costs no compile; on a CPU device the
+structures are compiled, up to MODULE_STRUCTURES per module (compiled.slang), since there
+compiling is cheap and interpreting is not (``interprets``). The loop is the shared
 :class:`Trainer`'s; only the backward pass gains the statistics dispatch in front (see
 fit.slang). Each job samples its pixels by its own index (fit.slang), so how jobs are
 batched does not change any job's result.
@@ -21,6 +23,7 @@ from bakery.nn.optimizers import Adam
 from bakery.nn.parameters import PlainParameters, make_buffer
 from bakery.nn.trainer import GROUP, TrainConfig, Trainer
 from bakery.stages.procedural import bytecode, texture_stats
+from bakery.stages.procedural.codegen import fitting_function
 from bakery.stages.procedural.dsl import Node, param_count, param_scales
 
 @dataclass(frozen=True)
@@ -34,6 +37,7 @@ class FitConfig:
     seed: int = 0
     blur: float = 4.0            # edge footprint (texels) at the first step; 1 from 70% of the steps on
     tile: bool = False           # noise lattices wrap (the target tiles)
+    interpret: bool | None = None  # structures run by the interpreter (None: on a GPU; see interprets)
 
 
 @dataclass
@@ -55,11 +59,39 @@ def blur_at(step: int, steps: int, start: float) -> float:
     return 1.0 + (start - 1.0) * (1.0 - t) ** 2
 
 
-def fit_source(texture: bool = True) -> str:
-    """The fitting kernels: the interpreter (any structure) under fit.slang's losses;
+#: Structures one compiled fitting module holds at most: the driver's compile time grows
+#: faster than a module's size, and each module also costs its includes' compile again
+#: (lavapipe: 1.3 s for 8 structures, 4.8 s for 24).
+MODULE_STRUCTURES = 12
+
+
+def interprets(device, config: FitConfig) -> bool:
+    """Whether a fit runs its structures through the interpreter (interpreter.slang) or
+    compiles them (compiled.slang). On a GPU the interpreter: a driver spends seconds
+    compiling each module and every generation brings new structures, while the
+    interpreter is compiled once per process. On a CPU device compiled code: lavapipe
+    compiles a module in about a second and runs it several times faster."""
+    return (not device.info.software) if config.interpret is None else bool(config.interpret)
+
+
+def fit_source(structures: Sequence[Node], texture: bool = True, tile: bool = False, interpret: bool = True) -> str:
+    """The fitting kernels of a batch: fit.slang's losses over the interpreter (the same
+    source for any structures) or over the structures compiled behind a switch.
     ``texture`` False compiles the pixel loss alone."""
-    return (f"#define BK_TEXTURE {int(texture)}\n"
-            '#include "stages/procedural/interpreter.slang"\n#include "stages/procedural/fit.slang"\n')
+    if interpret:
+        return (f"#define BK_TEXTURE {int(texture)}\n"
+                '#include "stages/procedural/interpreter.slang"\n#include "stages/procedural/fit.slang"\n')
+    max_params = max(1, max(param_count(s) for s in structures))
+    parts = [f"#define BK_MAXP {max_params}\n#define BK_TEXTURE {int(texture)}\n",
+             '#include "stages/procedural/primitives.slang"\n']
+    for i, s in enumerate(structures):
+        parts.append(fitting_function(s, f"bk_program_{i}", max_params, tile=tile))
+    cases = "".join(f"    case {i}: return bk_program_{i}(uv, fw, p);\n" for i in range(len(structures)))
+    parts.append(f"[Differentiable]\nfloat3 bk_program(no_diff uint s, no_diff float2 uv, no_diff float2 fw, "
+                 f"float p[{max_params}])\n{{\n    switch (s)\n    {{\n{cases}"
+                 f"    default: return float3(0.0, 0.0, 0.0);\n    }}\n}}\n")
+    parts.append('#include "stages/procedural/compiled.slang"\n#include "stages/procedural/fit.slang"\n')
+    return "".join(parts)
 
 
 class BatchObjective:
@@ -90,22 +122,26 @@ class BatchObjective:
         self.group = PlainParameters(device, flat.astype(np.float32), lr=config.lr)
         self._target = make_buffer(device, np.ascontiguousarray(target[:, :, :3], np.float32).reshape(-1))
         self._jobs = make_buffer(device, np.asarray(table, np.uint32).reshape(-1))
-        code, rows, scales = bytecode.pack(self.structures, tile=config.tile)
-        self._code = make_buffer(device, code.reshape(-1))
-        self._structures = make_buffer(device, rows.reshape(-1))
-        self._scales = make_buffer(device, scales)
+        self.interpret = interprets(device, config)
+        self._program = {}
+        if self.interpret:
+            code, rows, scales = bytecode.pack(self.structures, tile=config.tile)
+            self._program = {"g_code": make_buffer(device, code.reshape(-1)),
+                             "g_structures": make_buffer(device, rows.reshape(-1)), "g_scales": make_buffer(device, scales)}
         self.stats = make_buffer(device, np.zeros(len(table) * (2 * texture_stats.STATS + 1), np.uint64))
         self._render = make_buffer(device, np.zeros(len(table) * n * 3, np.float32))
-        self._source = fit_source(config.texture_weight > 0.0)
+        self._source: str | None = None
 
     def slang_source(self) -> str:
+        if self._source is None:  # built once: the prepass asks for it every step
+            self._source = fit_source(self.structures, self.config.texture_weight > 0.0, self.config.tile,
+                                      self.interpret)
         return self._source
 
     def vars(self) -> dict:
         return {"g_plain_params": self.group.params, "g_plain_grads": self.group.grads, "g_target": self._target,
                 "g_jobs": self._jobs, "g_frozen": self._frozen, "g_stats": self.stats,
-                "g_render": self._render, "g_code": self._code, "g_structures": self._structures,
-                "g_scales": self._scales}
+                "g_render": self._render, **self._program}
 
     def uniforms(self, step: int, batch: int = 0, seed: int = 0) -> dict:
         c = self.config
@@ -144,14 +180,44 @@ class BatchObjective:
         return out
 
 
+def by_module(structures: Sequence[Node], jobs: Sequence[tuple[int, np.ndarray]], size: int):
+    """The jobs split by module (``size`` structures each, in order): per module its
+    structures, the indices of its jobs in ``jobs``, and those jobs with the structure
+    index counted within the module."""
+    out = []
+    for first in range(0, max(1, len(structures)), max(1, size)):
+        members = [i for i, (s, _) in enumerate(jobs) if first <= s < first + size]
+        if members:
+            out.append((list(structures[first:first + size]), members,
+                        [(jobs[i][0] - first, jobs[i][1]) for i in members]))
+    return out
+
+
+def _modules(device, structures: Sequence[Node], jobs: Sequence[tuple[int, np.ndarray]], config: FitConfig):
+    """by_module with the module size of the fitting form: all at once when interpreting."""
+    return by_module(structures, jobs, len(structures) if interprets(device, config) else MODULE_STRUCTURES)
+
+
 def fit_jobs(device, target: np.ndarray, target_stats: np.ndarray, structures: Sequence[Node],
              jobs: Sequence[tuple[int, np.ndarray]], config: FitConfig,
              frozen: Sequence[np.ndarray] | None = None) -> list[JobResult]:
     """Fits every job (structure index, initial parameters in shader units) by Adam, one
-    dispatch per step for all of them; ``frozen`` (per job, per slot) holds slots at their
-    value. Returns each job's fitted parameters, render and losses (the texture loss
-    against ``target_stats``, the whole target's statistics), in the order of ``jobs``.
-    ``steps=0`` just renders."""
+    dispatch per step for all the jobs of a module (all of them when interpreting);
+    ``frozen`` (per job, per slot) holds slots at their value. Returns each job's fitted
+    parameters, render and losses (the texture loss against ``target_stats``, the whole
+    target's statistics), in the order of ``jobs``. ``steps=0`` just renders."""
+    out: list[JobResult | None] = [None] * len(jobs)
+    for module, members, local in _modules(device, structures, jobs, config):
+        held = [frozen[i] for i in members] if frozen else None
+        for i, r in zip(members, _fit_module(device, target, target_stats, module, local, config, held)):
+            out[i] = JobResult(jobs[i][0], r.params, r.render, r.pixel_mse, r.texture_loss)
+    return out
+
+
+def _fit_module(device, target: np.ndarray, target_stats: np.ndarray, structures: Sequence[Node],
+                jobs: Sequence[tuple[int, np.ndarray]], config: FitConfig,
+                frozen: Sequence[np.ndarray] | None = None) -> list[JobResult]:
+    """fit_jobs for the jobs of one module."""
     objective = BatchObjective(device, target, structures, jobs, config, frozen)
     if config.steps <= 0:
         trainer = Trainer(device, None, objective, TrainConfig(steps=0, batch=objective.threads()))
@@ -165,19 +231,28 @@ def fit_jobs(device, target: np.ndarray, target_stats: np.ndarray, structures: S
 
 def _render(device, target: np.ndarray, structures: Sequence[Node], jobs: Sequence[tuple[int, np.ndarray]],
             config: FitConfig) -> np.ndarray:
-    """Every job rendered at the target's size in one dispatch: [jobs, height, width, 3]."""
-    objective = BatchObjective(device, target, structures, jobs, config)
-    trainer = Trainer(device, None, objective, TrainConfig(steps=0, batch=objective.threads()))
+    """Every job rendered at the target's size, one dispatch per module: [jobs, height, width, 3]."""
     h, w = target.shape[:2]
-    trainer.run_kernel("render", len(jobs) * h * w, objective.uniforms(0))
-    return objective._render.to_numpy().view(np.float32)[: len(jobs) * h * w * 3].reshape(len(jobs), h, w, 3)
+    modules = _modules(device, structures, jobs, config)
+    out = None if len(modules) == 1 else np.empty((len(jobs), h, w, 3), np.float32)
+    for module, members, local in modules:
+        objective = BatchObjective(device, target, module, local, config)
+        trainer = Trainer(device, None, objective, TrainConfig(steps=0, batch=objective.threads()))
+        trainer.run_kernel("render", len(local) * h * w, objective.uniforms(0))
+        renders = objective._render.to_numpy().view(np.float32)[: len(local) * h * w * 3].reshape(
+            len(local), h, w, 3)
+        if out is None:  # one module: its read-back array is the answer
+            return renders
+        out[members] = renders
+    return out
 
 
 def screen_jobs(device, target: np.ndarray, structures: Sequence[Node], jobs: Sequence[tuple[int, np.ndarray]],
                 config: FitConfig) -> np.ndarray:
     """How each job's starting point matches the target, without training: the correlation
     of render and target luminance. Its magnitude judges where edges and phases lie
-    whatever a ramp's colours; its sign says whether the colours run the wrong way."""
+    whatever a ramp's colours; its sign says whether the colours run the wrong way. Uses
+    the fitting kernels, so it costs no compile."""
     renders = _render(device, target, structures, jobs, config).reshape(len(jobs), -1, 3)
     luma = renders.mean(axis=2).astype(np.float64)
     t = target[:, :, :3].mean(axis=2).reshape(-1).astype(np.float64)
@@ -188,15 +263,18 @@ def screen_jobs(device, target: np.ndarray, structures: Sequence[Node], jobs: Se
 
 
 def render_jobs(device, structures: Sequence[Node], jobs: Sequence[tuple[int, np.ndarray]], width: int,
-                height: int, *, tile: bool = False, texture: bool = False) -> np.ndarray:
-    """Renders every job (structure index, parameters) at any size in one dispatch through
-    the fitting kernels: [jobs, height, width, 3]. ``texture``: through the kernels that fit
-    with the texture term (the same render; no compile where a fit built them already)."""
-    cfg = FitConfig(steps=0, batch=width * height, texture_weight=1.0 if texture else 0.0, tile=tile)
+                height: int, *, tile: bool = False, texture: bool = False, interpret: bool | None = None) -> np.ndarray:
+    """Renders every job (structure index, parameters) at any size through the fitting
+    kernels: [jobs, height, width, 3]. ``texture``: through the kernels that fit with the
+    texture term (the same render; no compile where a fit built them already)."""
+    cfg = FitConfig(steps=0, batch=width * height, texture_weight=1.0 if texture else 0.0, tile=tile,
+                    interpret=interpret)
     return _render(device, np.zeros((height, width, 3), np.float32), structures, jobs, cfg)
 
 
-def render_program(device, program: Node, width: int, height: int, *, tile: bool = False) -> np.ndarray:
+def render_program(device, program: Node, width: int, height: int, *, tile: bool = False,
+                   interpret: bool | None = None) -> np.ndarray:
     """Renders a fitted program at any size through the fitting kernels (one job)."""
     from bakery.stages.procedural.dsl import flatten
-    return render_jobs(device, [program.structure()], [(0, flatten(program))], width, height, tile=tile)[0]
+    return render_jobs(device, [program.structure()], [(0, flatten(program))], width, height, tile=tile,
+                       interpret=interpret)[0]
