@@ -5,8 +5,8 @@ Every (structure, restart) pair is a job with its own parameter slots in one
 fitting interpreter (bytecode.py, interpreter.slang), compiled once per process, so each
 training step is one statistics dispatch, one backward dispatch and one Adam dispatch for
 all the jobs of a generation, and a new structure costs no compile; on a CPU device the
-structures are compiled, up to MODULE_STRUCTURES per module (compiled.slang), since there
-compiling is cheap and interpreting is not (``interprets``). The loop is the shared
+structures are compiled, up to MODULE_STRUCTURES per module, and differentiated by Slang's
+autodiff, since there compiling is cheap and interpreting is not (``interprets``). The loop is the shared
 :class:`Trainer`'s; only the backward pass gains the statistics dispatch in front (see
 fit.slang). Each job samples its pixels by its own index (fit.slang), so how jobs are
 batched does not change any job's result.
@@ -67,7 +67,7 @@ MODULE_STRUCTURES = 12
 
 def interprets(device, config: FitConfig) -> bool:
     """Whether a fit runs its structures through the interpreter (interpreter.slang) or
-    compiles them (compiled.slang). On a GPU the interpreter: a driver spends seconds
+    compiles them (codegen.fitting_function). On a GPU the interpreter: a driver spends seconds
     compiling each module and every generation brings new structures, while the
     interpreter is compiled once per process. On a CPU device compiled code: lavapipe
     compiles a module in about a second and runs it several times faster."""
@@ -79,7 +79,7 @@ def fit_source(structures: Sequence[Node], texture: bool = True, tile: bool = Fa
     source for any structures) or over the structures compiled behind a switch.
     ``texture`` False compiles the pixel loss alone."""
     if interpret:
-        return (f"#define BK_TEXTURE {int(texture)}\n"
+        return (f"#define BK_INTERPRETED 1\n#define BK_TEXTURE {int(texture)}\n"
                 '#include "stages/procedural/interpreter.slang"\n#include "stages/procedural/fit.slang"\n')
     max_params = max(1, max(param_count(s) for s in structures))
     parts = [f"#define BK_MAXP {max_params}\n#define BK_TEXTURE {int(texture)}\n",
@@ -87,10 +87,9 @@ def fit_source(structures: Sequence[Node], texture: bool = True, tile: bool = Fa
     for i, s in enumerate(structures):
         parts.append(fitting_function(s, f"bk_program_{i}", max_params, tile=tile))
     cases = "".join(f"    case {i}: return bk_program_{i}(uv, fw, p);\n" for i in range(len(structures)))
-    parts.append(f"[Differentiable]\nfloat3 bk_program(no_diff uint s, no_diff float2 uv, no_diff float2 fw, "
-                 f"float p[{max_params}])\n{{\n    switch (s)\n    {{\n{cases}"
-                 f"    default: return float3(0.0, 0.0, 0.0);\n    }}\n}}\n")
-    parts.append('#include "stages/procedural/compiled.slang"\n#include "stages/procedural/fit.slang"\n')
+    parts.append(f"[Differentiable]\nfloat3 bk_eval(no_diff uint s, no_diff float2 uv, no_diff float2 fw, float p[{max_params}])\n{{\n"
+                 f"    switch (s)\n    {{\n{cases}    default: return float3(0.0, 0.0, 0.0);\n    }}\n}}\n")
+    parts.append('#include "stages/procedural/fit.slang"\n')
     return "".join(parts)
 
 
