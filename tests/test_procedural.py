@@ -499,12 +499,16 @@ def test_too_small_and_not_rgb_images_are_refused(tmp_path):
 
 def test_malformed_proposals_are_skipped_with_a_warning(caplog):
     good = GENERATORS["checker_ramp"]
-    text = json.dumps({"programs": [good, {"op": "spiral"}, {"op": "ramp", "inputs": []}]})
+    deep = {"op": "fbm"}  # thresholds of thresholds repeat their input: 3^5 copies of the fbm
+    for _ in range(5):
+        deep = {"op": "threshold", "inputs": [deep]}
+    text = json.dumps({"programs": [good, {"op": "spiral"}, {"op": "ramp", "inputs": []}, ramp(deep, [0] * 6)]})
     with caplog.at_level(logging.WARNING):
         got = proposers.parse_proposals(text, logging.getLogger("test"))
     assert got == [dsl.from_json(good)]
     assert "program 1 skipped: root: unknown op 'spiral'" in caplog.text
     assert "program 2 skipped: root.inputs: ramp takes 1 input(s)" in caplog.text
+    assert "program 3 skipped: root: more than 96 instructions" in caplog.text
     assert proposers.parse_proposals("not json", logging.getLogger("test")) == []
     assert "not JSON" in caplog.text
 

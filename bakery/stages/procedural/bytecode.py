@@ -98,6 +98,17 @@ def encode(node: Node, *, tile: bool = False) -> Bytecode:
     return Bytecode(np.asarray(rows, np.uint32).reshape(-1, 8), result)
 
 
+def fits(node: Node) -> bool:
+    """Whether a structure fits the interpreter's limits. The search keeps to them on
+    every device (compiled structures have none), so a CPU and a GPU search the same
+    programs."""
+    try:
+        encode(node)
+    except ProgramError:
+        return False
+    return True
+
+
 def pack(structures, *, tile: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Several structures in the interpreter's buffers: their instructions one after the
     other (g_code), per structure a row (first instruction, instruction count | result

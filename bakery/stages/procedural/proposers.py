@@ -18,6 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from bakery.errors import UsageError
+from bakery.stages.procedural import bytecode
 from bakery.stages.procedural.dsl import (COLOUR, FIELD, OPS, Node, ProgramError, complexity, from_json, instructions,
                                           node_type, program_document)
 
@@ -137,7 +138,7 @@ class BuiltinProposer:
             share = 0
             for i in order:
                 k = kids[i].key()
-                if k in taken:
+                if k in taken or not bytecode.fits(kids[i]):
                     continue
                 taken.add(k)
                 out.append(kids[i])
@@ -222,7 +223,9 @@ def parse_proposals(text: str, log) -> list[Node]:
     out = []
     for i, item in enumerate(items):
         try:
-            out.append(from_json(item))
+            program = from_json(item)
+            bytecode.encode(program)  # within the fitting interpreter's limits, on every device alike
+            out.append(program)
         except ProgramError as e:
             log.warning("proposer program %d skipped: %s", i, e)
     return out
