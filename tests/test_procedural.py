@@ -158,8 +158,10 @@ SMOOTH = {"op": "mix", "inputs": [
          [0.1, 0.2, 0.3, 0.8, 0.6, 0.4, 0.9, 0.9, 0.2], (-1.0, 0.7, 3.0)),
     {"op": "constant", "params": {"colour": [0.3, 0.5, 0.7]}}]}
 
+#: Colours and d dot(colour, weights) / d p per pixel through either evaluator
+#: (fit.evaluator_source): the interpreter's bk_gradient, or Slang's autodiff of the
+#: compiled switch.
 _GRADIENT_KERNEL = """
-#include "stages/procedural/interpreter.slang"
 RWStructuredBuffer<float> g_p;
 RWStructuredBuffer<float> g_weights;
 RWStructuredBuffer<float> g_out;     // [pixels][3]
@@ -175,55 +177,81 @@ void check(uint3 tid: SV_DispatchThreadID, uniform uint size)
         p[i] = g_p[i];
     float2 fw = float2(1.0, 1.0) / float(size);
     float2 uv = (float2(float(tid.x % size), float(tid.x / size)) + 0.5) * fw;
-    uint4 st = g_structures[0];
-    float q[BK_MAXP];
-    bk_scale(st, p, q);
-    float4 r[BK_REGISTERS];
-    float3 c = bk_run(st, uv, fw, q, r);
+    float3 c = bk_eval(0, uv, fw, p);
     g_out[3 * tid.x] = c.x;
     g_out[3 * tid.x + 1] = c.y;
     g_out[3 * tid.x + 2] = c.z;
-    float dq[BK_MAXP] = {};
-    bk_backward(st, r, q, float3(g_weights[3 * tid.x], g_weights[3 * tid.x + 1], g_weights[3 * tid.x + 2]), dq);
-    float dp[BK_MAXP];
-    bk_scale(st, dq, dp);
+    float3 w = float3(g_weights[3 * tid.x], g_weights[3 * tid.x + 1], g_weights[3 * tid.x + 2]);
+#if BK_INTERPRETED
+    float dp[BK_MAXP] = {};
+    bk_gradient(0, uv, fw, p, w, dp);
+#else
+    var pair = diffPair(p);
+    bwd_diff(bk_eval)(0, uv, fw, pair, w);
+    float dp[BK_MAXP] = pair.d;
+#endif
     for (uint i = 0; i < BK_MAXP; i++)
         g_grads[tid.x * BK_MAXP + i] = dp[i];
 }
 """
 
 
-def test_the_interpreters_gradient_matches_finite_differences(device):
-    """bk_backward (the instructions in reverse) against central differences of the
-    interpreter's own forward pass, for every slot of a smooth program: a weighted sum
-    of the colours over a 16^2 image."""
+def _colours_and_gradient(device, node, values: np.ndarray, weights: np.ndarray, size: int, *, tile: bool = False,
+                          interpret: bool = True):
+    """The weighted sum of node's colours over a size^2 image at optimiser values
+    ``values``, and its gradient by them, through one evaluator (_GRADIENT_KERNEL)."""
     from bakery.nn.parameters import make_buffer
     from bakery.stages.procedural import bytecode
 
-    node = program(SMOOTH)
-    code, rows, scales = bytecode.pack([node.structure()])
-    values = dsl.flatten(node) / dsl.param_scales(node)
-    size, slots = 16, len(values)
-    weights = np.random.default_rng(0).normal(size=size * size * 3).astype(np.float32)
-    kernel = device.kernel(_GRADIENT_KERNEL, "check")
-    buffers = {"g_code": make_buffer(device, code.reshape(-1)), "g_structures": make_buffer(device, rows.reshape(-1)),
-               "g_scales": make_buffer(device, scales), "g_weights": make_buffer(device, weights),
+    structure = node.structure()
+    slots = len(values)
+    width = bytecode.MAX_PARAMS if interpret else max(1, dsl.param_count(structure))
+    buffers = {"g_weights": make_buffer(device, weights),
                "g_out": make_buffer(device, np.zeros(size * size * 3, np.float32)),
-               "g_grads": make_buffer(device, np.zeros(size * size * bytecode.MAX_PARAMS, np.float32))}
+               "g_grads": make_buffer(device, np.zeros(size * size * width, np.float32)),
+               "g_p": make_buffer(device, np.pad(values, (0, width - slots)).astype(np.float32))}
+    if interpret:
+        code, rows, scales = bytecode.pack([structure], tile=tile)
+        buffers.update({"g_code": make_buffer(device, code.reshape(-1)),
+                        "g_structures": make_buffer(device, rows.reshape(-1)), "g_scales": make_buffer(device, scales)})
+    kernel = device.kernel(fit.evaluator_source([structure], tile, interpret) + _GRADIENT_KERNEL, "check")
+    device.submit(lambda enc: kernel.dispatch([size * size, 1, 1], vars=buffers, command_encoder=enc, size=size))
+    device.wait()
+    colours = buffers["g_out"].to_numpy().view(np.float32)[: size * size * 3].astype(np.float64)
+    grads = buffers["g_grads"].to_numpy().view(np.float32).reshape(size * size, -1)[:, :slots]
+    return float(colours @ weights), grads.astype(np.float64).sum(axis=0)
 
-    def run(p: np.ndarray):
-        buffers["g_p"] = make_buffer(device, np.pad(p, (0, bytecode.MAX_PARAMS - slots)).astype(np.float32))
-        device.submit(lambda enc: kernel.dispatch([size * size, 1, 1], vars=buffers, command_encoder=enc, size=size))
-        device.wait()
-        colours = buffers["g_out"].to_numpy().view(np.float32)[: size * size * 3].astype(np.float64)
-        grads = buffers["g_grads"].to_numpy().view(np.float32).reshape(size * size, -1)[:, :slots]
-        return float(colours @ weights), grads.astype(np.float64).sum(axis=0)
 
-    _, analytic = run(values)
+def test_the_interpreters_gradient_matches_finite_differences(device):
+    """bk_gradient (the instructions in reverse) against central differences of the
+    interpreter's own forward pass, for every slot of a smooth program: a weighted sum
+    of the colours over a 16^2 image."""
+    node = program(SMOOTH)
+    values = dsl.flatten(node) / dsl.param_scales(node)
+    weights = np.random.default_rng(0).normal(size=16 * 16 * 3).astype(np.float32)
+    _, analytic = _colours_and_gradient(device, node, values, weights, 16)
     h = 1e-3
-    numeric = np.array([(run(values + h * e)[0] - run(values - h * e)[0]) / (2 * h) for e in np.eye(slots)])
+    numeric = np.array([(_colours_and_gradient(device, node, values + h * e, weights, 16)[0]
+                         - _colours_and_gradient(device, node, values - h * e, weights, 16)[0]) / (2 * h)
+                        for e in np.eye(len(values))])
     assert np.abs(analytic).max() > 1.0  # the weights reach the parameters
     np.testing.assert_allclose(analytic, numeric, rtol=2e-2, atol=2e-2 * np.abs(numeric).max())
+
+
+@pytest.mark.parametrize("tile", [False, True])
+def test_the_interpreter_and_the_compiled_form_agree_on_colours_and_gradients(device, tile):
+    """Every op (edges, cell hashes, thresholds, warps included), both evaluators: the
+    same colours, and the interpreter's hand-written backward pass gives what Slang's
+    autodiff of the compiled straight-line code gives."""
+    weights = np.random.default_rng(1).normal(size=16 * 16 * 3).astype(np.float32)
+    for obj in (EVERY_OP, *GENERATORS.values()):
+        node = program(obj)
+        values = dsl.flatten(node) / dsl.param_scales(node)
+        ran, by_hand = _colours_and_gradient(device, node, values, weights, 16, tile=tile, interpret=True)
+        compiled, by_autodiff = _colours_and_gradient(device, node, values, weights, 16, tile=tile, interpret=False)
+        assert ran == pytest.approx(compiled, rel=1e-5, abs=1e-4)
+        assert np.abs(by_autodiff).max() > 1.0
+        np.testing.assert_allclose(by_hand, by_autodiff, rtol=1e-3, atol=1e-4 * np.abs(by_autodiff).max())
 
 
 def test_hard_edges_are_box_filtered_over_the_pixel(device):

@@ -74,23 +74,27 @@ def interprets(device, config: FitConfig) -> bool:
     return (not device.info.software) if config.interpret is None else bool(config.interpret)
 
 
-def fit_source(structures: Sequence[Node], texture: bool = True, tile: bool = False, interpret: bool = True) -> str:
-    """The fitting kernels of a batch: fit.slang's losses over the interpreter (the same
-    source for any structures) or over the structures compiled behind a switch.
-    ``texture`` False compiles the pixel loss alone."""
+def evaluator_source(structures: Sequence[Node], tile: bool = False, interpret: bool = True) -> str:
+    """Slang defining BK_MAXP and ``bk_eval(structure, uv, fw, p)`` for a batch: the
+    interpreter's (the same for any structures; with ``bk_gradient``, BK_INTERPRETED) or a
+    [Differentiable] switch over the structures compiled (codegen.fitting_function)."""
     if interpret:
-        return (f"#define BK_INTERPRETED 1\n#define BK_TEXTURE {int(texture)}\n"
-                '#include "stages/procedural/interpreter.slang"\n#include "stages/procedural/fit.slang"\n')
+        return '#define BK_INTERPRETED 1\n#include "stages/procedural/interpreter.slang"\n'
     max_params = max(1, max(param_count(s) for s in structures))
-    parts = [f"#define BK_MAXP {max_params}\n#define BK_TEXTURE {int(texture)}\n",
-             '#include "stages/procedural/primitives.slang"\n']
+    parts = [f"#define BK_MAXP {max_params}\n", '#include "stages/procedural/primitives.slang"\n']
     for i, s in enumerate(structures):
         parts.append(fitting_function(s, f"bk_program_{i}", max_params, tile=tile))
     cases = "".join(f"    case {i}: return bk_program_{i}(uv, fw, p);\n" for i in range(len(structures)))
     parts.append(f"[Differentiable]\nfloat3 bk_eval(no_diff uint s, no_diff float2 uv, no_diff float2 fw, float p[{max_params}])\n{{\n"
                  f"    switch (s)\n    {{\n{cases}    default: return float3(0.0, 0.0, 0.0);\n    }}\n}}\n")
-    parts.append('#include "stages/procedural/fit.slang"\n')
     return "".join(parts)
+
+
+def fit_source(structures: Sequence[Node], texture: bool = True, tile: bool = False, interpret: bool = True) -> str:
+    """The fitting kernels of a batch: fit.slang's losses over its evaluator
+    (evaluator_source). ``texture`` False compiles the pixel loss alone."""
+    return (f"#define BK_TEXTURE {int(texture)}\n" + evaluator_source(structures, tile, interpret)
+            + '#include "stages/procedural/fit.slang"\n')
 
 
 class BatchObjective:
