@@ -186,6 +186,13 @@ def make_buffer(device, data: np.ndarray):
                                     data=data if data.nbytes >= 16 else np.pad(data.view(np.uint8), (0, 16 - data.nbytes)))
 
 
+def output_buffer(device, nbytes: int):
+    """A read/write device buffer left uninitialised: for outputs a kernel writes in full
+    before they are read (no upload of zeros; a procedural search's renders are hundreds of
+    megabytes a generation)."""
+    return device.spy.create_buffer(size=max(int(nbytes), 16), usage=_usage())
+
+
 #: Tiles of 64 samples each portable training workgroup runs on a CPU device, summing its
 #: threads' weight gradients in private memory before adding them: atomics cost lavapipe
 #: three quarters of a step, private memory is ordinary memory there (mlp_portable.slang).

@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from bakery.nn.optimizers import Adam
-from bakery.nn.parameters import PlainParameters, make_buffer
+from bakery.nn.parameters import PlainParameters, make_buffer, output_buffer
 from bakery.nn.trainer import GROUP, TrainConfig, Trainer
 from bakery.stages.procedural import bytecode, texture_stats
 from bakery.stages.procedural.codegen import fitting_function
@@ -98,10 +98,12 @@ def fit_source(structures: Sequence[Node], texture: bool = True, tile: bool = Fa
 
 
 class BatchObjective:
-    """The Trainer's objective for one batch of jobs (see fit.slang for the kernels)."""
+    """The Trainer's objective for one batch of jobs (see fit.slang for the kernels);
+    ``channels``: what its render buffer holds per pixel (3, or 1 for field reads)."""
 
     def __init__(self, device, target: np.ndarray, structures: Sequence[Node],
-                 jobs: Sequence[tuple[int, np.ndarray]], config: FitConfig, frozen: Sequence[np.ndarray] | None = None):
+                 jobs: Sequence[tuple[int, np.ndarray]], config: FitConfig, frozen: Sequence[np.ndarray] | None = None,
+                 channels: int = 3):
         self.device, self.structures, self.config = device, list(structures), config
         self.height, self.width = target.shape[:2]
         n = self.width * self.height
@@ -132,7 +134,7 @@ class BatchObjective:
             self._program = {"g_code": make_buffer(device, code.reshape(-1)),
                              "g_structures": make_buffer(device, rows.reshape(-1)), "g_scales": make_buffer(device, scales)}
         self.stats = make_buffer(device, np.zeros(len(table) * (2 * texture_stats.STATS + 1), np.uint64))
-        self._render = make_buffer(device, np.zeros(len(table) * n * 3, np.float32))
+        self._render = output_buffer(device, len(table) * n * channels * 4)  # float32, every pixel written
         self._source: str | None = None
 
     def slang_source(self) -> str:
@@ -150,7 +152,7 @@ class BatchObjective:
         c = self.config
         return {"jobs": len(self.jobs), "batch": self.batch, "width": self.width, "height": self.height,
                 "seed": c.seed & 0xFFFFFFFF, "step": step, "pixel_weight": c.pixel_weight,
-                "texture_weight": c.texture_weight, "blur": blur_at(step, c.steps, c.blur)}
+                "texture_weight": c.texture_weight, "blur": blur_at(step, c.steps, c.blur), "channels": 3}
 
     def param_groups(self) -> list:
         return [self.group]
@@ -233,17 +235,18 @@ def _fit_module(device, target: np.ndarray, target_stats: np.ndarray, structures
 
 
 def _render(device, target: np.ndarray, structures: Sequence[Node], jobs: Sequence[tuple[int, np.ndarray]],
-            config: FitConfig) -> np.ndarray:
-    """Every job rendered at the target's size, one dispatch per module: [jobs, height, width, 3]."""
+            config: FitConfig, channels: int = 3) -> np.ndarray:
+    """Every job rendered at the target's size, one dispatch per module: [jobs, height,
+    width, channels] (1: the red channel alone, a third of the read-back)."""
     h, w = target.shape[:2]
     modules = _modules(device, structures, jobs, config)
-    out = None if len(modules) == 1 else np.empty((len(jobs), h, w, 3), np.float32)
+    out = None if len(modules) == 1 else np.empty((len(jobs), h, w, channels), np.float32)
     for module, members, local in modules:
-        objective = BatchObjective(device, target, module, local, config)
+        objective = BatchObjective(device, target, module, local, config, channels=channels)
         trainer = Trainer(device, None, objective, TrainConfig(steps=0, batch=objective.threads()))
-        trainer.run_kernel("render", len(local) * h * w, objective.uniforms(0))
-        renders = objective._render.to_numpy().view(np.float32)[: len(local) * h * w * 3].reshape(
-            len(local), h, w, 3)
+        trainer.run_kernel("render", len(local) * h * w, {**objective.uniforms(0), "channels": channels})
+        renders = objective._render.to_numpy().view(np.float32)[: len(local) * h * w * channels].reshape(
+            len(local), h, w, channels)
         if out is None:  # one module: its read-back array is the answer
             return renders
         out[members] = renders
@@ -266,13 +269,15 @@ def screen_jobs(device, target: np.ndarray, structures: Sequence[Node], jobs: Se
 
 
 def render_jobs(device, structures: Sequence[Node], jobs: Sequence[tuple[int, np.ndarray]], width: int,
-                height: int, *, tile: bool = False, texture: bool = False, interpret: bool | None = None) -> np.ndarray:
+                height: int, *, tile: bool = False, texture: bool = False, interpret: bool | None = None,
+                channels: int = 3) -> np.ndarray:
     """Renders every job (structure index, parameters) at any size through the fitting
-    kernels: [jobs, height, width, 3]. ``texture``: through the kernels that fit with the
-    texture term (the same render; no compile where a fit built them already)."""
+    kernels: [jobs, height, width, channels] (``channels`` 1: red alone, for fields read
+    through a grey ramp). ``texture``: through the kernels that fit with the texture term
+    (the same render; no compile where a fit built them already)."""
     cfg = FitConfig(steps=0, batch=width * height, texture_weight=1.0 if texture else 0.0, tile=tile,
                     interpret=interpret)
-    return _render(device, np.zeros((height, width, 3), np.float32), structures, jobs, cfg)
+    return _render(device, np.zeros((height, width, 3), np.float32), structures, jobs, cfg, channels)
 
 
 def render_program(device, program: Node, width: int, height: int, *, tile: bool = False,

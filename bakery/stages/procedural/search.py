@@ -398,7 +398,7 @@ class Search:
         field_jobs = [(jobs[i][0], ramps.field_params(structures[jobs[i][0]], jobs[i][1])) for i in todo]
         h, w = target.shape[:2]
         renders = render_jobs(self.device, structures, field_jobs, w, h, tile=self.config.fit.tile,
-                              texture=self.config.fit.texture_weight > 0.0)
+                              texture=self.config.fit.texture_weight > 0.0, channels=1)
         variance = max(1e-12, float(np.mean((target - target.reshape(-1, 3).mean(axis=0)) ** 2)))
         for i, render in zip(todo, renders):
             s, values = jobs[i]
