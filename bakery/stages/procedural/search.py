@@ -421,11 +421,18 @@ class Search:
         also scanned, coarse to fine (PHASE_SCAN), each value with its ramp solved."""
         best = [(r.structure, np.array(r.params, np.float64)) for r in results]
         best, mses = self._project(target, structures, best)
+        # Phases are scanned for each structure's best job alone: its restarts differ in
+        # where they started, not in what a scan can find (and a scan is most of the
+        # search's host work: three rounds of 16 trials, each rendered and solved).
+        leader: dict[int, int] = {}
+        for i, (s, _) in enumerate(best):
+            if np.isfinite(mses[i]) and (s not in leader or mses[i] < mses[leader[s]]):
+                leader[s] = i
         moved: set[int] = set()
         for count, step in PHASE_SCAN:
             trials, owner = [], []
             for i, (s, values) in enumerate(best):
-                if not np.isfinite(mses[i]):
+                if leader.get(s) != i:
                     continue
                 for slot in _phase_slots(structures[s]):
                     for j in range(-count, count + 1):
