@@ -46,10 +46,6 @@ class Bytecode:
     code: np.ndarray
     result: int
 
-    @property
-    def registers(self) -> int:
-        return len(self.code) + 1
-
 
 def encode(node: Node, *, tile: bool = False) -> Bytecode:
     """The instructions of ``node``'s structure (parameters, if any, are ignored: slots

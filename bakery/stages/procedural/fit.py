@@ -6,9 +6,9 @@ fitting interpreter (bytecode.py, interpreter.slang), compiled once per process,
 training step is one statistics dispatch, one backward dispatch and one Adam dispatch for
 all the jobs of a generation, and a new structure costs no compile; on a CPU device the
 structures are compiled, up to MODULE_STRUCTURES per module, and differentiated by Slang's
-autodiff, since there compiling is cheap and interpreting is not (``interprets``). The loop is the shared
-:class:`Trainer`'s; only the backward pass gains the statistics dispatch in front (see
-fit.slang). Each job samples its pixels by its own index (fit.slang), so how jobs are
+autodiff, since there compiling is cheap and interpreting is not (``interprets``). The
+loop is the shared :class:`Trainer`'s; only the backward pass gains the statistics
+dispatch in front (see fit.slang). Each job samples its pixels by its own index (fit.slang), so how jobs are
 batched does not change any job's result.
 """
 
@@ -104,7 +104,7 @@ class BatchObjective:
     def __init__(self, device, target: np.ndarray, structures: Sequence[Node],
                  jobs: Sequence[tuple[int, np.ndarray]], config: FitConfig, frozen: Sequence[np.ndarray] | None = None,
                  channels: int = 3):
-        self.device, self.structures, self.config = device, list(structures), config
+        self.device, self.structures, self.config, self.channels = device, list(structures), config, channels
         self.height, self.width = target.shape[:2]
         n = self.width * self.height
         self.batch = n if config.batch >= n else max(GROUP, config.batch // GROUP * GROUP)
@@ -152,7 +152,7 @@ class BatchObjective:
         c = self.config
         return {"jobs": len(self.jobs), "batch": self.batch, "width": self.width, "height": self.height,
                 "seed": c.seed & 0xFFFFFFFF, "step": step, "pixel_weight": c.pixel_weight,
-                "texture_weight": c.texture_weight, "blur": blur_at(step, c.steps, c.blur), "channels": 3}
+                "texture_weight": c.texture_weight, "blur": blur_at(step, c.steps, c.blur), "channels": self.channels}
 
     def param_groups(self) -> list:
         return [self.group]
@@ -244,7 +244,7 @@ def _render(device, target: np.ndarray, structures: Sequence[Node], jobs: Sequen
     for module, members, local in modules:
         objective = BatchObjective(device, target, module, local, config, channels=channels)
         trainer = Trainer(device, None, objective, TrainConfig(steps=0, batch=objective.threads()))
-        trainer.run_kernel("render", len(local) * h * w, {**objective.uniforms(0), "channels": channels})
+        trainer.run_kernel("render", len(local) * h * w, objective.uniforms(0))
         renders = objective._render.to_numpy().view(np.float32)[: len(local) * h * w * channels].reshape(
             len(local), h, w, channels)
         if out is None:  # one module: its read-back array is the answer
