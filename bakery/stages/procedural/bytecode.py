@@ -35,6 +35,9 @@ MAX_OP_PARAMS = 16
 #: The attr bit of an op whose lattice wraps (the target tiles): the period comes from its
 #: first slot (frequency or count), as codegen's ``period``.
 WRAPS = 0x10000
+#: Where an instruction's attr keeps its own slot count (bits 24..31): the interpreter
+#: gathers and differentiates those slots alone, not all MAX_OP_PARAMS.
+SLOTS_SHIFT = 24
 PERIODIC_SLOT0 = {"bricks", "brick_cells", "value_noise", "gradient_noise", "fbm", "worley", "worley_cells", "warp"}
 
 
@@ -57,11 +60,12 @@ def encode(node: Node, *, tile: bool = False) -> Bytecode:
         raise ProgramError(f"root: {total} parameters; the fitting interpreter takes at most {MAX_PARAMS}")
     rows: list[tuple[int, ...]] = []
 
-    def emit(op: str, a: int = 0, b: int = 0, c: int = 0, coords: int = 0, first: int = 0, attr: int = 0) -> int:
+    def emit(op: str, a: int = 0, b: int = 0, c: int = 0, coords: int = 0, first: int = 0, attr: int = 0,
+             count: int = 0) -> int:
         if len(rows) >= MAX_INSTRUCTIONS:
             raise ProgramError(f"root: more than {MAX_INSTRUCTIONS} instructions (nested thresholds repeat their "
                                f"input); the fitting interpreter takes at most {MAX_INSTRUCTIONS}")
-        rows.append((OPCODES[op], len(rows) + 1, a, b, c, coords, first, attr))
+        rows.append((OPCODES[op], len(rows) + 1, a, b, c, coords, first, attr | count << SLOTS_SHIFT))
         return len(rows)
 
     def walk(n: Node, path: tuple, coords: int) -> int:
@@ -72,12 +76,13 @@ def encode(node: Node, *, tile: bool = False) -> Bytecode:
             raise ProgramError(f"root: {n.op} has {count} parameters; the interpreter takes {MAX_OP_PARAMS} per node")
         if n.spec.transform:
             wraps = WRAPS if tile and n.op in PERIODIC_SLOT0 else 0
-            return walk(n.inputs[0], path + (0,), emit(n.op, coords=coords, first=first, attr=wraps))
+            return walk(n.inputs[0], path + (0,), emit(n.op, coords=coords, first=first, attr=wraps,
+                                                              count=count))
         if n.op == "threshold":
             v = walk(n.inputs[0], path + (0,), coords)
             vx = walk(n.inputs[0], path + (0,), emit("shift_x", coords=coords))
             vy = walk(n.inputs[0], path + (0,), emit("shift_y", coords=coords))
-            return emit("threshold", v, vx, vy, coords, first)
+            return emit("threshold", v, vx, vy, coords, first, count=count)
         ins = [walk(c, path + (i,), coords) for i, c in enumerate(n.inputs)] + [0, 0, 0]
         attr = 0
         if n.op == "ramp":
@@ -88,7 +93,7 @@ def encode(node: Node, *, tile: bool = False) -> Bytecode:
             attr = 1
         if tile and n.op in PERIODIC_SLOT0:
             attr |= WRAPS
-        return emit(n.op, ins[0], ins[1], ins[2], coords, first, attr)
+        return emit(n.op, ins[0], ins[1], ins[2], coords, first, attr, count)
 
     result = walk(node, (), 0)
     return Bytecode(np.asarray(rows, np.uint32).reshape(-1, 8), result)

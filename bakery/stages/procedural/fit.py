@@ -33,7 +33,6 @@ class FitConfig:
     lr: float = 0.02
     pixel_weight: float = 1.0
     texture_weight: float = 1.0
-    stats_every: int = 1         # steps between refreshes of the statistics (stale ones slow convergence)
     seed: int = 0
     blur: float = 4.0            # edge footprint (texels) at the first step; 1 from 70% of the steps on
     tile: bool = False           # noise lattices wrap (the target tiles)
@@ -131,8 +130,11 @@ class BatchObjective:
         self._program = {}
         if self.interpret:
             code, rows, scales = bytecode.pack(self.structures, tile=config.tile)
+            # stats_step's features per sample, read by train_step (fit.slang); float32
+            features = self.threads() * texture_stats.FEATURES * 4 if config.steps > 0 and config.texture_weight > 0 else 4
             self._program = {"g_code": make_buffer(device, code.reshape(-1)),
-                             "g_structures": make_buffer(device, rows.reshape(-1)), "g_scales": make_buffer(device, scales)}
+                             "g_structures": make_buffer(device, rows.reshape(-1)), "g_scales": make_buffer(device, scales),
+                             "g_features": output_buffer(device, features)}
         self.stats = make_buffer(device, np.zeros(len(table) * (2 * texture_stats.STATS + 1), np.uint64))
         self._render = output_buffer(device, len(table) * n * channels * 4)  # float32, every pixel written
         self._source: str | None = None
@@ -159,8 +161,8 @@ class BatchObjective:
 
     def record_prepass(self, encoder, step: int, seed: int) -> None:
         """The trainer's hook before each backward: refresh the renders' texture statistics
-        (the texture term's gradient reads them) every ``stats_every`` steps."""
-        if self.config.texture_weight > 0.0 and step % self.config.stats_every == 0:
+        (the texture term's gradient reads them) every step."""
+        if self.config.texture_weight > 0.0:
             encoder.clear_buffer(self.stats)
             self.device.kernel(self.slang_source(), "stats_step").dispatch(
                 [self.threads(), 1, 1], vars=self.vars(), command_encoder=encoder, u=self.uniforms(step))
