@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from bakery.nn.optimizers import Adam
-from bakery.nn.parameters import PlainParameters, make_buffer, output_buffer
+from bakery.nn.parameters import FIXED_POINT_SCALE, PlainParameters, make_buffer, output_buffer
 from bakery.nn.trainer import GROUP, TrainConfig, Trainer
 from bakery.stages.procedural import bytecode, texture_stats
 from bakery.stages.procedural.codegen import fitting_function
@@ -43,7 +43,7 @@ class FitConfig:
 class JobResult:
     structure: int               # index into the batch's structures
     params: np.ndarray           # fitted values in shader units
-    render: np.ndarray           # [H, W, 3] at the target size
+    mean_colour: np.ndarray      # [3] the render's mean colour
     pixel_mse: float
     texture_loss: float
 
@@ -57,6 +57,17 @@ def blur_at(step: int, steps: int, start: float) -> float:
     t = min(1.0, step / (0.7 * steps))
     return 1.0 + (start - 1.0) * (1.0 - t) ** 2
 
+
+#: Renders with a colour past this are no candidate (infinite losses): score_render
+#: (fit.slang) sums each job's statistics and errors in 64-bit fixed point, whose range
+#: ends at 2^23, and this bounds them.
+MAX_SCORED_COLOUR = 16.0
+#: Fixed-point columns of a job's sums (fit.slang's BK_JOB_STATS): the program's texture
+#: statistics, the target's, their weight; score_render's squared error, colour (3) and
+#: pixels out of range.
+JOB_SUMS = 2 * texture_stats.STATS + 6
+#: Pixels one thread of score_render sums before the wave sums (fit.slang's BK_SCORE_PIXELS).
+SCORE_PIXELS = 16
 
 #: Structures one compiled fitting module holds at most: the driver's compile time grows
 #: faster than a module's size, and each module also costs its includes' compile again
@@ -135,7 +146,11 @@ class BatchObjective:
             self._program = {"g_code": make_buffer(device, code.reshape(-1)),
                              "g_structures": make_buffer(device, rows.reshape(-1)), "g_scales": make_buffer(device, scales),
                              "g_features": output_buffer(device, features)}
-        self.stats = make_buffer(device, np.zeros(len(table) * (2 * texture_stats.STATS + 1), np.uint64))
+        self.stats = make_buffer(device, np.zeros(len(table) * JOB_SUMS, np.uint64))
+        # score_render's scale of squared errors: the largest power of two that keeps
+        # their mean below 2^22 when every colour is at MAX_SCORED_COLOUR's bound.
+        worst = (MAX_SCORED_COLOUR + float(np.abs(target[:, :, :3]).max(initial=0.0))) ** 2
+        self.error_scale = float(2.0 ** np.floor(np.log2(2.0 ** 22 / worst)))
         self._render = output_buffer(device, len(table) * n * channels * 4)  # float32, every pixel written
         self._source: str | None = None
 
@@ -154,7 +169,8 @@ class BatchObjective:
         c = self.config
         return {"jobs": len(self.jobs), "batch": self.batch, "width": self.width, "height": self.height,
                 "seed": c.seed & 0xFFFFFFFF, "step": step, "pixel_weight": c.pixel_weight,
-                "texture_weight": c.texture_weight, "blur": blur_at(step, c.steps, c.blur), "channels": self.channels}
+                "texture_weight": c.texture_weight, "blur": blur_at(step, c.steps, c.blur), "channels": self.channels,
+                "error_scale": self.error_scale}
 
     def param_groups(self) -> list:
         return [self.group]
@@ -170,20 +186,33 @@ class BatchObjective:
     def threads(self) -> int:
         return len(self.jobs) * self.batch
 
-    def results(self, trainer: Trainer, target_stats: np.ndarray, target: np.ndarray) -> list[JobResult]:
-        n = self.width * self.height
-        trainer.run_kernel("render", len(self.jobs) * n, self.uniforms(self.config.steps))
-        renders = self._render.to_numpy().view(np.float32)[: len(self.jobs) * n * 3].reshape(
-            len(self.jobs), self.height, self.width, 3)
+    def results(self, trainer: Trainer, target_stats: np.ndarray) -> list[JobResult]:
+        """Each job's fitted values and losses, scored on the device (score_render) in the
+        submission that renders them: reading every render back and computing its
+        statistics on the host was most of a search's own work."""
+        n, jobs = self.width * self.height, len(self.jobs)
+        uniforms = self.uniforms(self.config.steps)
+
+        def record(encoder):
+            trainer.record_kernel(encoder, "render", jobs * n, uniforms)
+            encoder.clear_buffer(self.stats)
+            waves = -(-n // (GROUP * SCORE_PIXELS))
+            trainer.record_kernel(encoder, "score_render", jobs * waves * GROUP, uniforms)
+
+        self.device.submit(record)
+        self.device.wait()
+        sums = self.stats.to_numpy().view(np.int64).reshape(jobs, JOB_SUMS) / FIXED_POINT_SCALE
+        stats_end = texture_stats.STATS
+        weight, error, colour, out_of_range = (sums[:, 2 * stats_end], sums[:, 2 * stats_end + 1],
+                                               sums[:, 2 * stats_end + 2:2 * stats_end + 5], sums[:, 2 * stats_end + 5])
+        statistics = sums[:, :stats_end] / np.maximum(weight, 1e-30)[:, None]
         values = self.group.download().astype(np.float64)
         out = []
-        for (s, offset, count, _), render in zip(self.jobs, renders):
-            params = values[offset:offset + count] * self.scales[s]
-            render = render.copy()
-            ok = np.isfinite(render).all()
-            mse = float(np.mean((render - target[:, :, :3]) ** 2)) if ok else float("inf")
-            tex = texture_stats.texture_loss(render, target_stats) if ok else float("inf")
-            out.append(JobResult(s, params, render, mse, tex))
+        for i, (s, offset, count, _) in enumerate(self.jobs):
+            ok = out_of_range[i] == 0.0
+            mse = float(error[i] / self.error_scale) if ok else float("inf")
+            tex = float(np.sum((statistics[i] - target_stats) ** 2)) if ok else float("inf")
+            out.append(JobResult(s, values[offset:offset + count] * self.scales[s], colour[i].copy(), mse, tex))
         return out
 
 
@@ -211,13 +240,13 @@ def fit_jobs(device, target: np.ndarray, target_stats: np.ndarray, structures: S
     """Fits every job (structure index, initial parameters in shader units) by Adam, one
     dispatch per step for all the jobs of a module (all of them when interpreting);
     ``frozen`` (per job, per slot) holds slots at their value. Returns each job's fitted
-    parameters, render and losses (the texture loss against ``target_stats``, the whole
+    parameters, mean colour and losses (the texture loss against ``target_stats``, the whole
     target's statistics), in the order of ``jobs``. ``steps=0`` just renders."""
     out: list[JobResult | None] = [None] * len(jobs)
     for module, members, local in _modules(device, structures, jobs, config):
         held = [frozen[i] for i in members] if frozen else None
         for i, r in zip(members, _fit_module(device, target, target_stats, module, local, config, held)):
-            out[i] = JobResult(jobs[i][0], r.params, r.render, r.pixel_mse, r.texture_loss)
+            out[i] = JobResult(jobs[i][0], r.params, r.mean_colour, r.pixel_mse, r.texture_loss)
     return out
 
 
@@ -228,12 +257,12 @@ def _fit_module(device, target: np.ndarray, target_stats: np.ndarray, structures
     objective = BatchObjective(device, target, structures, jobs, config, frozen)
     if config.steps <= 0:
         trainer = Trainer(device, None, objective, TrainConfig(steps=0, batch=objective.threads()))
-        return objective.results(trainer, target_stats, target)
+        return objective.results(trainer, target_stats)
     train = TrainConfig(steps=config.steps, batch=objective.threads(), optimizer=Adam(lr=config.lr),
                         schedule="cosine", final_lr_ratio=0.05, seed=config.seed)
     trainer = Trainer(device, None, objective, train)
     trainer.train()
-    return objective.results(trainer, target_stats, target)
+    return objective.results(trainer, target_stats)
 
 
 def _render(device, target: np.ndarray, structures: Sequence[Node], jobs: Sequence[tuple[int, np.ndarray]],

@@ -120,7 +120,6 @@ class Candidate:
     instructions: int
     generation: int
     origin: str
-    render: np.ndarray = field(repr=False, default=None)
 
     def summary(self) -> dict:
         return {"nodes": self.nodes, "instructions": self.instructions, "loss": self.loss,
@@ -377,7 +376,7 @@ class Search:
             nodes = complexity(program)
             c = Candidate(with_params(program.structure(), r.params), r.pixel_mse, r.texture_loss, loss,
                           loss + self.config.complexity_weight * nodes, nodes, instructions(program), generation,
-                          origin, r.render)
+                          origin)
             if r.structure not in best or c.score < best[r.structure].score:
                 best[r.structure] = c
         return [best[i] for i in sorted(best)]
@@ -563,7 +562,7 @@ class Search:
         if fit.texture_weight <= 0.0 or -10.0 * np.log10(max(r.pixel_mse, 1e-12)) >= STOCHASTIC_DB:
             return best
         n = int(structure.attr["stops"])
-        mean = np.asarray(r.render, np.float64).reshape(-1, 3).mean(axis=0)
+        mean = r.mean_colour
         colours = values[n:4 * n].reshape(n, 3)
         trials = []
         for scale in CONTRAST_SCALES:
@@ -585,7 +584,7 @@ class Search:
                           pick.texture_loss, own, loss, self.detail.shape[1], self.detail.shape[0])
         return Candidate(with_params(structure, pick.params), pick.pixel_mse, pick.texture_loss, loss,
                          loss + self.config.complexity_weight * best.nodes, best.nodes, best.instructions,
-                         best.generation, best.origin, pick.render)
+                         best.generation, best.origin)
 
     def refine(self, best: Candidate) -> tuple[Candidate, float, bool]:
         """A longer fit of the winner at the detail size, kept if its image loss is no
@@ -680,7 +679,7 @@ class Search:
         image_loss = r.pixel_mse + self.config.fit.texture_weight * r.texture_loss
         return Candidate(with_params(structure, r.params), r.pixel_mse, r.texture_loss, image_loss,
                          image_loss + self.config.complexity_weight * best.nodes, best.nodes, best.instructions,
-                         best.generation, best.origin, r.render)
+                         best.generation, best.origin)
 
     # -- snapping ------------------------------------------------------------------------
     def _judge(self, structure: Node, values: Sequence[np.ndarray]) -> list[float]:
@@ -809,7 +808,7 @@ class Search:
         image_loss = r.pixel_mse + self.config.fit.texture_weight * r.texture_loss
         return Candidate(program, r.pixel_mse, r.texture_loss, image_loss,
                          image_loss + self.config.complexity_weight * best.nodes, best.nodes, best.instructions,
-                         best.generation, best.origin, r.render)
+                         best.generation, best.origin)
 
     def front(self) -> list[Candidate]:
         return pareto_front(self.evaluated.values())
