@@ -427,6 +427,13 @@ def probe_toolchain(kind: str, *, portable: bool = False) -> Toolchain | None:
         return None
 
 
+#: The compiled-pipeline cache's bound. slangpy's default (128 MiB) filled on a developer
+#: machine after a few days of bakes, and a full cache stops caching (every new pipeline
+#: compiled again in each process, with a warning); the store is sparse, so a high bound
+#: costs only what is written.
+SHADER_CACHE_BYTES = 4 << 30
+
+
 def _create(kind: str, cache_dir: Path | None, portable: bool = False, gpu_uuid: str | None = None):
     import slangpy as spy
 
@@ -437,7 +444,8 @@ def _create(kind: str, cache_dir: Path | None, portable: bool = False, gpu_uuid:
              "cuda": spy.DeviceType.cuda}[kind]
     opts = dict(type=type_, enable_hot_reload=False,
                 compiler_options={"include_paths": [str(SLANG_DIR)]},
-                shader_cache_path=str(cache / "shaders" / kind), module_cache_path=str(cache / "modules"))
+                shader_cache_path=str(cache / "shaders" / kind), module_cache_path=str(cache / "modules"),
+                shader_cache_size=SHADER_CACHE_BYTES)
     adapters = spy.Device.enumerate_adapters(type_)
     if not adapters:
         raise RuntimeError(f"no {kind} adapter")
