@@ -468,6 +468,36 @@ def test_a_fit_is_scored_on_the_device_as_its_render_would_be_on_the_host(device
         np.testing.assert_allclose(r.mean_colour, render.reshape(-1, 3).astype(np.float64).mean(axis=0), atol=1e-6)
     assert len({r.texture_loss for r in scored[:-1]}) == len(programs) and scored[1].pixel_mse > 1e-6
     assert scored[-1].pixel_mse == np.inf and scored[-1].texture_loss == np.inf
+    # An HDR target moves the bound with it: a render 20x as bright is a candidate there.
+    bright = jobs[0][1].copy()
+    bright[2:8] *= 20.0
+    hdr_target = target * 20.0
+    (hdr,) = fit.fit_jobs(device, hdr_target, texture_stats.statistics(hdr_target), structures, [(0, bright)], cfg)
+    (render,) = fit.render_jobs(device, structures, [(0, bright)], width, height, texture=True, interpret=interpret)
+    assert hdr.pixel_mse == pytest.approx(float(np.mean((render - hdr_target) ** 2)), rel=1e-4)
+
+
+def test_a_batch_too_large_for_the_statistics_range_weighs_its_samples_down(device, monkeypatch):
+    """Where a batch's texture sums could pass the fixed point's range, stats_step weighs
+    each sample by a power of two below 1 and train_step undoes it: the fit equals the one
+    with every sample weighing 1 (this batch stays in range either way)."""
+    target = render_shader(device, program(GENERATORS["bricks"]), 256, 256)[:, :, :3]
+    stats = texture_stats.statistics(target)
+    node = program(GENERATORS["checker_ramp"])
+    jobs = [(0, dsl.flatten(node) * 0.9)]
+    cfg = fit.FitConfig(steps=3, batch=256 * 256, texture_weight=5.0)
+    assert fit.BatchObjective(device, target, [node.structure()], jobs, cfg).stats_weight == 0.25
+    (weighed,) = fit.fit_jobs(device, target, stats, [node.structure()], jobs, cfg)
+    build = fit.BatchObjective.__init__
+
+    def unweighed(self, *args, **kwargs):
+        build(self, *args, **kwargs)
+        self.stats_weight = 1.0
+
+    monkeypatch.setattr(fit.BatchObjective, "__init__", unweighed)
+    (plain,) = fit.fit_jobs(device, target, stats, [node.structure()], jobs, cfg)
+    assert not np.array_equal(weighed.params, jobs[0][1])
+    np.testing.assert_allclose(weighed.params, plain.params, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("interpret", [False, True], ids=["compiled", "interpreted"])

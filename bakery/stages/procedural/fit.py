@@ -43,7 +43,7 @@ class FitConfig:
 class JobResult:
     structure: int               # index into the batch's structures
     params: np.ndarray           # fitted values in shader units
-    mean_colour: np.ndarray      # [3] the render's mean colour
+    mean_colour: np.ndarray      # [3] the render's mean colour (where it is in range)
     pixel_mse: float
     texture_loss: float
 
@@ -58,10 +58,12 @@ def blur_at(step: int, steps: int, start: float) -> float:
     return 1.0 + (start - 1.0) * (1.0 - t) ** 2
 
 
-#: Renders with a colour past this are no candidate (infinite losses): score_render
+#: A render is scored as no candidate (infinite losses) where a colour passes twice the
+#: target's largest (at least MIN_SCORE_BOUND, at most MAX_SCORE_BOUND): score_render
 #: (fit.slang) sums each job's statistics and errors in 64-bit fixed point, whose range
-#: ends at 2^23, and this bounds them.
-MAX_SCORED_COLOUR = 16.0
+#: ends at 2^23, and the bound keeps them in it (statistics up to the bound squared).
+MIN_SCORE_BOUND = 16.0
+MAX_SCORE_BOUND = 1024.0
 #: Fixed-point columns of a job's sums (fit.slang's BK_JOB_STATS): the program's texture
 #: statistics, the target's, their weight; score_render's squared error, colour (3) and
 #: pixels out of range.
@@ -116,6 +118,8 @@ class BatchObjective:
                  channels: int = 3):
         self.device, self.structures, self.config, self.channels = device, list(structures), config, channels
         self.height, self.width = target.shape[:2]
+        if not np.isfinite(target[:, :, :3]).all():
+            raise ValueError("the target holds values that are not finite")
         n = self.width * self.height
         self.batch = n if config.batch >= n else max(GROUP, config.batch // GROUP * GROUP)
         if self.batch % GROUP and config.steps > 0:
@@ -147,10 +151,17 @@ class BatchObjective:
                              "g_structures": make_buffer(device, rows.reshape(-1)), "g_scales": make_buffer(device, scales),
                              "g_features": output_buffer(device, features)}
         self.stats = make_buffer(device, np.zeros(len(table) * JOB_SUMS, np.uint64))
-        # score_render's scale of squared errors: the largest power of two that keeps
-        # their mean below 2^22 when every colour is at MAX_SCORED_COLOUR's bound.
-        worst = (MAX_SCORED_COLOUR + float(np.abs(target[:, :, :3]).max(initial=0.0))) ** 2
-        self.error_scale = float(2.0 ** np.floor(np.log2(2.0 ** 22 / worst)))
+        # score_render's bounds: the colour past which a render is no candidate, and the
+        # scale of squared errors, the largest power of two that keeps their mean below
+        # 2^22 with every colour at that bound.
+        reach = float(np.abs(target[:, :, :3]).max(initial=0.0))
+        self.score_bound = min(MAX_SCORE_BOUND, max(MIN_SCORE_BOUND, 2.0 * reach))
+        self.error_scale = float(2.0 ** np.floor(np.log2(2.0 ** 22 / (self.score_bound + reach) ** 2)))
+        # stats_step sums a batch's features and their products: each sample weighs 1
+        # unless a batch of colours at the bound could pass 2^22, a power of two below
+        # that then (exact to undo; the presets' batches all weigh 1).
+        over = self.batch * self.score_bound ** 2 / 2.0 ** 22
+        self.stats_weight = float(2.0 ** -max(0, int(np.ceil(np.log2(over)))))
         self._render = output_buffer(device, len(table) * n * channels * 4)  # float32, every pixel written
         self._source: str | None = None
 
@@ -170,7 +181,8 @@ class BatchObjective:
         return {"jobs": len(self.jobs), "batch": self.batch, "width": self.width, "height": self.height,
                 "seed": c.seed & 0xFFFFFFFF, "step": step, "pixel_weight": c.pixel_weight,
                 "texture_weight": c.texture_weight, "blur": blur_at(step, c.steps, c.blur), "channels": self.channels,
-                "error_scale": self.error_scale}
+                "error_scale": self.error_scale, "score_bound": self.score_bound,
+                "stats_weight": self.stats_weight, "stats_unweight": 1.0 / self.stats_weight}
 
     def param_groups(self) -> list:
         return [self.group]
