@@ -428,9 +428,10 @@ def probe_toolchain(kind: str, *, portable: bool = False) -> Toolchain | None:
 
 
 #: The compiled-pipeline cache's bound. slangpy's default (128 MiB) filled on a developer
-#: machine after a few days of bakes, and a full cache stops caching (every new pipeline
-#: compiled again in each process, with a warning); the store is sparse, so a high bound
-#: costs only what is written.
+#: machine after a few days of bakes: a full cache evicts the least recently used
+#: pipelines (compiled again by the next process that needs them) and warns where a write
+#: still fails (MDB_MAP_FULL). The store is sparse, so a high bound costs only what is
+#: written.
 SHADER_CACHE_BYTES = 4 << 30
 
 
