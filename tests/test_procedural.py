@@ -500,6 +500,22 @@ def test_a_batch_too_large_for_the_statistics_range_weighs_its_samples_down(devi
     np.testing.assert_allclose(weighed.params, plain.params, rtol=1e-5, atol=1e-6)
 
 
+def test_the_interpreter_fits_the_same_with_features_stored_or_evaluated_again(device, monkeypatch):
+    """train_step reads the features stats_step stored for its samples, or where a batch's
+    would pass FEATURE_STORE_BYTES evaluates them again: the same fit either way."""
+    target = render_shader(device, program(GENERATORS["bricks"]), 32, 32)[:, :, :3]
+    stats = texture_stats.statistics(target)
+    node = program(GENERATORS["striped_gradient"])
+    jobs = [(0, dsl.flatten(node) * 0.9)]
+    cfg = fit.FitConfig(steps=4, batch=512, texture_weight=5.0, interpret=True)
+    (stored,) = fit.fit_jobs(device, target, stats, [node.structure()], jobs, cfg)
+    monkeypatch.setattr(fit, "FEATURE_STORE_BYTES", 0)
+    assert not fit.BatchObjective(device, target, [node.structure()], jobs, cfg).features_stored
+    (again,) = fit.fit_jobs(device, target, stats, [node.structure()], jobs, cfg)
+    assert not np.array_equal(stored.params, jobs[0][1])
+    np.testing.assert_allclose(stored.params, again.params, rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("interpret", [False, True], ids=["compiled", "interpreted"])
 def test_batching_jobs_together_changes_no_job(device, interpret):
     """Each job samples by its own index and reads its own structure (instructions or

@@ -68,6 +68,10 @@ MAX_SCORE_BOUND = 1024.0
 #: statistics, the target's, their weight; score_render's squared error, colour (3) and
 #: pixels out of range.
 JOB_SUMS = 2 * texture_stats.STATS + 6
+#: The most memory the interpreter's fits keep each sample's features in (stats_step's,
+#: read again by train_step: 36 bytes a sample; the final preset's batches take ~260 MB);
+#: a larger batch evaluates them twice instead.
+FEATURE_STORE_BYTES = 1 << 30
 #: Pixels one thread of score_render sums before the wave sums (fit.slang's BK_SCORE_PIXELS).
 SCORE_PIXELS = 16
 
@@ -142,11 +146,15 @@ class BatchObjective:
         self._target = make_buffer(device, np.ascontiguousarray(target[:, :, :3], np.float32).reshape(-1))
         self._jobs = make_buffer(device, np.asarray(table, np.uint32).reshape(-1))
         self.interpret = interprets(device, config)
+        self.features_stored = False
         self._program = {}
         if self.interpret:
             code, rows, scales = bytecode.pack(self.structures, tile=config.tile)
-            # stats_step's features per sample, read by train_step (fit.slang); float32
-            features = self.threads() * texture_stats.FEATURES * 4 if config.steps > 0 and config.texture_weight > 0 else 4
+            # stats_step's features per sample, read by train_step (fit.slang), float32,
+            # where they fit FEATURE_STORE_BYTES (else train_step evaluates them again)
+            features = self.threads() * texture_stats.FEATURES * 4 if config.steps > 0 and config.texture_weight > 0 else 0
+            self.features_stored = 0 < features <= FEATURE_STORE_BYTES
+            features = features if self.features_stored else 4
             self._program = {"g_code": make_buffer(device, code.reshape(-1)),
                              "g_structures": make_buffer(device, rows.reshape(-1)), "g_scales": make_buffer(device, scales),
                              "g_features": output_buffer(device, features)}
@@ -182,7 +190,8 @@ class BatchObjective:
                 "seed": c.seed & 0xFFFFFFFF, "step": step, "pixel_weight": c.pixel_weight,
                 "texture_weight": c.texture_weight, "blur": blur_at(step, c.steps, c.blur), "channels": self.channels,
                 "error_scale": self.error_scale, "score_bound": self.score_bound,
-                "stats_weight": self.stats_weight, "stats_unweight": 1.0 / self.stats_weight}
+                "stats_weight": self.stats_weight, "stats_unweight": 1.0 / self.stats_weight,
+                "features_stored": int(self.features_stored)}
 
     def param_groups(self) -> list:
         return [self.group]
