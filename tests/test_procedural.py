@@ -222,6 +222,18 @@ def _colours_and_gradient(device, node, values: np.ndarray, weights: np.ndarray,
     return float(colours @ weights), grads.astype(np.float64).sum(axis=0)
 
 
+def test_the_interpreter_dispatches_every_opcode():
+    """interpreter.slang's BK_EVERY_OP names each of bytecode.OPCODES once, in order: an op
+    added to the bytecode and not to the dispatch would run as nothing."""
+    import re
+
+    from bakery.stages.procedural import bytecode
+
+    source = (Path(fit.__file__).parent / "interpreter.slang").read_text()
+    definition = source[source.index("#define BK_EVERY_OP(X)"):].split("\n\n", 1)[0]
+    assert [int(k) for k in re.findall(r"X\((\d+)\)", definition)] == sorted(bytecode.OPCODES.values())
+
+
 def test_the_interpreters_gradient_matches_finite_differences(device):
     """bk_gradient (the instructions in reverse) against central differences of the
     interpreter's own forward pass, for every slot of a smooth program: a weighted sum
