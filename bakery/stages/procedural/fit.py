@@ -8,8 +8,9 @@ all the jobs of a generation, and a new structure costs no compile; on a CPU dev
 structures are compiled, up to MODULE_STRUCTURES per module, and differentiated by Slang's
 autodiff, since there compiling is cheap and interpreting is not (``interprets``). The
 loop is the shared :class:`Trainer`'s; only the backward pass gains the statistics
-dispatch in front (see fit.slang). Each job samples its pixels by its own index (fit.slang), so how jobs are
-batched does not change any job's result.
+dispatch in front (see fit.slang). Each job samples its pixels by its own index
+(fit.slang), so how jobs are batched does not change any job's result. A fit is scored on
+the device beside its render (score_render), so the host reads a few numbers per job.
 """
 
 from __future__ import annotations
