@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_a_run_of_some_stages_names_them_and_the_rest(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
-    p = subprocess.run([sys.executable, str(ROOT / "bench" / "determinism.py"), "--device", "software",
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "determinism.py"), "--device", "auto",
                         "--only", "shader_fit", "--work", "work", "--out", "det.json"],
                        cwd=tmp_path, env=env, capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_a_failed_target_is_one_row_and_counted_in_the_json(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
-    p = subprocess.run([sys.executable, str(ROOT / "bench" / "procedural.py"), "--device", "software", "--small",
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "procedural.py"), "--device", "auto", "--small",
                         "--only", "checker_ramp", "--param", "lr=5", "--out", "p.json"],
                        cwd=tmp_path, env=env, capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr

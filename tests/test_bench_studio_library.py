@@ -18,7 +18,7 @@ import workloads  # noqa: E402
 
 def test_runs_from_another_cwd_and_reuses_its_sets(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
-    cmd = [sys.executable, str(ROOT / "bench" / "studio_library.py"), "--size", "40", "--small", "--device", "software",
+    cmd = [sys.executable, str(ROOT / "bench" / "studio_library.py"), "--size", "40", "--small", "--device", "auto",
            "--stages", "mipmap", "--work", "work", "--out", "result.json"]
     first = subprocess.run([*cmd, "--sets", "unreal"], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert first.returncode == 0, first.stdout + first.stderr
