@@ -37,6 +37,10 @@ def format_seconds(s: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
+#: The most of a training's wall time that probes made for display alone may take.
+PROBE_SHARE = 0.1
+
+
 class TrainingProgress:
     """A trainer's ``progress`` (``update(n)`` per finished command buffer) that reports
     ``report(done, total=..., **info)`` with the step rate, the time left and, from
@@ -46,7 +50,11 @@ class TrainingProgress:
     they are of: a trainer runs ahead of its progress by one command buffer). It reads the current quality back from the device, which costs a
     readback, so it runs at most every ``interval_s`` seconds for display, and at every
     ``curve_every`` steps for :attr:`curve`. Curve points depend only on step counts,
-    never on the clock, so a bundle that stores the curve stays deterministic.
+    never on the clock, so a bundle that stores the curve stays deterministic. Probes for
+    display alone take about ``PROBE_SHARE`` of the time at most: after a costly one (a
+    whole-set decode of a 4096^2 material takes seconds) the next waits, and the last
+    step's is made only while probing has stayed within that share (the stage measures
+    its result itself).
     """
 
     def __init__(self, report: Callable[..., Any], total: int, *, probe: Callable[[int], dict] | None = None,
@@ -58,17 +66,21 @@ class TrainingProgress:
         self.latest: dict = {}
         self._start = clock()
         self._last_probe = self._start
+        self._probe_cost = self._probing = 0.0   # the last probe's seconds; all probes'
         self._next_curve = curve_every if curve_every > 0 else None
 
     def update(self, n: int) -> None:
         self.done += n
         now = self.clock()
-        on_curve = self._next_curve is not None and self.done >= self._next_curve
-        finished = self.done >= self.total
-        if self.probe is not None and (on_curve or finished or now - self._last_probe >= self.interval_s):
+        on_curve = self._next_curve is not None and self.done >= min(self._next_curve, self.total)
+        # the last step's quality shown too, unless probing has already cost its share
+        final = self.done >= self.total and self._probing <= PROBE_SHARE * (now - self._start)
+        if self.probe is not None and (on_curve or final or self._display_due(now)):
             self.latest = dict(self.probe(self.done))
             self._last_probe = self.clock()
-            if on_curve or finished:
+            self._probe_cost = self._last_probe - now
+            self._probing += self._probe_cost
+            if on_curve:
                 point = {"step": self.done, **self.latest}
                 if self.curve and self.curve[-1]["step"] == point["step"]:
                     self.curve[-1] = point  # the trainer ran ahead: one point per step
@@ -83,6 +95,12 @@ class TrainingProgress:
             info["steps_s"] = float(rate)
             info["eta"] = (self.total - self.done) / rate
         self.report(self.done, total=self.total, **info)
+
+    def _display_due(self, now: float) -> bool:
+        """A probe for display: every ``interval_s``, or less often where the last one cost
+        more than PROBE_SHARE of the time since."""
+        wait = max(self.interval_s, self._probe_cost * (1.0 / PROBE_SHARE - 1.0))
+        return now - self._last_probe >= wait
 
 
 class _PlainProgress:

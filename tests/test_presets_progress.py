@@ -93,3 +93,31 @@ def test_run_stage_help_lists_its_parameters():
     assert "Parameters of neural_texture" in r.output and "quality" in r.output and "or 'auto'" in r.output
     r = CliRunner().invoke(main, ["run", "--help"])
     assert r.exit_code == 0 and "neural_texture" in r.output
+
+
+def test_probes_for_display_take_a_bounded_share_of_the_training():
+    """A probe that costs seconds (a whole 4096^2 set decoded) runs rarely: display probes
+    stay near PROBE_SHARE of the time, and the last step's is skipped once they used it;
+    a cheap probe still shows the last step's quality."""
+    from bakery.progress import PROBE_SHARE
+
+    def run(cost: float, steps: int = 100) -> tuple[list, list]:
+        now, probes, reports = [0.0], [], []
+
+        def probe(done):
+            probes.append(done)
+            now[0] += cost
+            return {"psnr_db": float(done)}
+
+        live = TrainingProgress(lambda done, total=None, **info: reports.append((done, info)), steps, probe=probe,
+                                interval_s=1.0, clock=lambda: now[0])
+        for _ in range(steps):
+            now[0] += 1.0   # a second of training per update
+            live.update(1)
+        return probes, reports
+
+    probes, reports = run(cost=5.0)
+    assert 1 <= len(probes) <= 3 and len(probes) * 5.0 <= 1.5 * PROBE_SHARE * (100 + 5.0 * len(probes))
+    assert probes[-1] < 100   # no final probe: probing had used its share
+    probes, reports = run(cost=0.001)
+    assert len(probes) >= 50 and probes[-1] == 100 and reports[-1][1]["psnr_db"] == 100.0
