@@ -53,7 +53,8 @@ LAYOUTS = ("unreal", "plain")   # the studio set first (the subject), then the p
 SMALL_PARAMS = {"ntc": {"bpp": 16.0, "steps": 20, "batch": 1024}, "mipmap": {"steps": 4, "pairs": 2, "eval_pairs": 2},
                 "neural_material": {"steps": 4, "batch": 256, "eval_directions": 2, "finetune_steps": 0}}
 WARM_SIZE = 256
-METRICS = ("mean_psnr_db", "bpp", "trained_rmse_1_4", "toksvig_rmse_1_4", "psnr_db", "flip")
+METRICS = ("mean_psnr_db", "bpp", "trained_rmse_1_4", "toksvig_rmse_1_4", "psnr_db", "flip", "baseline",
+           "baseline_value", "margin_db", "wins")
 
 
 def generate(size: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -173,7 +174,9 @@ def headline(report: dict) -> dict:
     metrics = task.get("metrics") or {}
     keep = ("mean_psnr_db", "set_psnr_db", "bpp", "trained_rmse_1_4", "box_rmse_1_4", "toksvig_rmse_1_4",
             "psnr_db", "flip", "constant_psnr_db")
-    return {k: metrics[k] for k in keep if k in metrics}
+    verdict = task.get("verdict") or {}   # the stage's own baseline, judged in the same bake
+    against = {k: verdict[k] for k in ("baseline", "baseline_value", "margin_db", "wins") if k in verdict}
+    return {**{k: metrics[k] for k in keep if k in metrics}, **against}
 
 
 def task_phases(folder: Path, report: dict) -> dict:
