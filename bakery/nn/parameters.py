@@ -193,6 +193,19 @@ def output_buffer(device, nbytes: int):
     return device.spy.create_buffer(size=max(int(nbytes), 16), usage=_usage())
 
 
+def read_back(device, buffer, nbytes: int) -> np.ndarray:
+    """The first ``nbytes`` of a device buffer, as a fresh byte array. Reading a buffer copies
+    all of it to the host, so where only a part is wanted (a small mip out of a buffer sized
+    for mip 0: 671 MB for a 4096² NTC set) the part is first copied on the device into a
+    buffer of its own size."""
+    nbytes = int(nbytes)
+    if nbytes >= buffer.size:
+        return buffer.to_numpy().view(np.uint8)[:nbytes]
+    part = output_buffer(device, nbytes)
+    device.submit(lambda encoder: encoder.copy_buffer(part, 0, buffer, 0, nbytes))
+    return part.to_numpy().view(np.uint8)[:nbytes]
+
+
 #: Tiles of 64 samples each portable training workgroup runs on a CPU device, summing its
 #: threads' weight gradients in private memory before adding them: atomics cost lavapipe
 #: three quarters of a step, private memory is ordinary memory there (mlp_portable.slang).

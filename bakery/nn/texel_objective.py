@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bakery.nn.parameters import make_buffer
+from bakery.nn.parameters import make_buffer, output_buffer, read_back
 
 
 class TexelObjective:
@@ -17,7 +17,7 @@ class TexelObjective:
         w = np.ones(self.channels, np.float32) if channel_weights is None else np.asarray(channel_weights, np.float32)
         self._target = make_buffer(device, image.reshape(-1))
         self._weight = make_buffer(device, w)
-        self._output = make_buffer(device, np.zeros(image.size, np.float32))
+        self._output = output_buffer(device, 4 * image.size)   # the decode writes every texel it reads back
 
     def set_channel_weights(self, channel_weights) -> None:
         """New per-channel loss weights for the steps after this (a weighting that
@@ -38,5 +38,5 @@ class TexelObjective:
         """Every texel as the trained network reproduces it, [H, W, C] float32."""
         n = self.width * self.height
         trainer.run_kernel("decode", n, self.uniforms(0, 1, 0))
-        out = self._output.to_numpy().view(np.float32)[: n * self.channels]
-        return out.reshape(self.height, self.width, self.channels).copy()
+        return read_back(self.device, self._output, 4 * n * self.channels).view(np.float32).reshape(
+            self.height, self.width, self.channels)

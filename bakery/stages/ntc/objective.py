@@ -10,7 +10,7 @@ import numpy as np
 
 from bakery.imaging import box_down
 from bakery.materials import renormalize_normals
-from bakery.nn.parameters import PlainParameters, make_buffer
+from bakery.nn.parameters import PlainParameters, make_buffer, read_back
 from bakery.nn.texel_objective import TexelObjective
 from bakery.stages.ntc.texture_set import LOD_INPUT_SCALE, LatentGridSpec
 
@@ -126,11 +126,8 @@ class LatentTextureFit(TexelObjective):
         w, h = self.grid.color_mips[mip]
         # noise=0: decodes see the exact rounding, even where training starts with noise.
         trainer.run_kernel("decode", w * h, dict(self.uniforms(0, 1, 0), lod=mip, noise=0))
-        texels = self._output.to_numpy().view(np.float32)   # a fresh array, sized for mip 0
-        out = texels[: w * h * self.channels]
-        if out.size < texels.size:   # a smaller mip: its own array, not a view holding mip 0's
-            out = out.copy()
-        return out.reshape(h, w, self.channels)
+        count = w * h * self.channels   # the buffer is sized for mip 0: a smaller mip reads its own part
+        return read_back(self.device, self._output, 4 * count).view(np.float32).reshape(h, w, self.channels)
 
     def decode(self, trainer) -> np.ndarray:
         return self.decode_mip(trainer, 0)
