@@ -5,7 +5,7 @@
 #
 #   bash bench/all.sh NAME[:SECONDS] ...
 #
-# NAME: suite | mipmap | fit | procedural | procedural_alone | procedural_fit | train_texture | ntc | ntc_scatter | ntc_updates | ntc_touched |
+# NAME: suite | mipmap | fit | procedural | procedural_alone | procedural_presets | procedural_fit | train_texture | ntc | ntc_scatter | ntc_updates | ntc_touched |
 #       ntc_repeat | ntc_options | backward_anatomy | neural_material | runners | scale | determinism |
 #       determinism_STAGE | studio_library | studio_library_STAGE[_SET] | rebake | library
 # SUITE_ARGS: extra pytest arguments for the suite (e.g. --ignore=tests/test_view.py where no browser is installed).
@@ -30,6 +30,13 @@ command_of() {
     # One target at a time: the GPU's own time per target, without six processes sharing it.
     procedural_alone) echo "python3 bench/procedural.py --device vulkan --workers 1" \
                           "--only checker_ramp,bricks,striped_gradient --out bench/out/procedural_alone.json" ;;
+    # The GPU preset against a smaller search (fewer generations and structures: less host work per
+    # target), one target at a time, generated and photographed targets, in one call.
+    procedural_presets) only="--only checker_ramp,bricks,striped_gradient,saw_bands,rust,wood"
+                     echo "python3 bench/procedural.py --device vulkan --workers 1 $only" \
+                          "--out bench/out/procedural_preset_default.json &&" \
+                          "python3 bench/procedural.py --device vulkan --workers 1 $only" \
+                          "--param generations=3 --param population=16 --out bench/out/procedural_preset_small.json" ;;
     # The search's fitting step alone: 40 jobs x 4096 pixels of 128^2 through the interpreter.
     procedural_fit)  echo "python3 bench/procedural_fit.py --device vulkan --steps 200" ;;
     train_texture)   echo "python3 bench/train_texture.py --device vulkan --steps 500" ;;
