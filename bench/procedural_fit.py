@@ -38,8 +38,9 @@ from bakery.device import open_device  # noqa: E402
 from bakery.stages.procedural import dsl, fit, texture_stats  # noqa: E402
 from bakery.stages.procedural.proposers import make_proposers  # noqa: E402
 from bakery.stages.procedural.render import render_shader  # noqa: E402
-from bakery.stages.procedural.search import Search, SearchConfig, tiling  # noqa: E402
-from bakery.stages.procedural.stage import PRESETS, DeviceSplit  # noqa: E402
+from bakery.stages.params import AUTO  # noqa: E402
+from bakery.stages.procedural.search import Search, tiling  # noqa: E402
+from bakery.stages.procedural.stage import PRESETS, DeviceSplit, Procedural, search_config  # noqa: E402
 from bench.procedural import GENERATED  # noqa: E402
 
 
@@ -79,14 +80,12 @@ def search(device, name: str, steps: int, interpret: bool) -> dict:
     """One search on generated target ``name`` at 256^2 with the GPU production preset's
     budget but ``steps`` per fit (refinement at most twice that), the stage's defaults
     otherwise: wall seconds split as DeviceSplit splits them, and the loss found."""
-    used = dict(PRESETS.table["gpu"]["production"], steps=steps)
+    defaults = {p.name: p.default for p in Procedural.params if p.default != AUTO}
+    used = {**defaults, **PRESETS.table["gpu"]["production"], "steps": steps}
     used["refine_steps"] = min(used["refine_steps"], 2 * steps)
     target = render_shader(device, dsl.from_json(GENERATED[name], require_params=True), 256, 256)[:, :, :3]
     size = min(256, used["fit_size"])
-    fit_config = fit.FitConfig(steps=steps, batch=used["batch"], lr=0.02, texture_weight=5.0, interpret=interpret)
-    config = SearchConfig(generations=used["generations"], population=used["population"], beam=used["beam"],
-                          restarts=used["restarts"], complexity_weight=1e-4, fit=fit_config,
-                          refine_steps=used["refine_steps"], tile=tiling(target)[0])
+    config = search_config(used, tiling(target)[0], interpret)
     builtin, command = make_proposers("builtin", None)
     split = DeviceSplit(device)
     best = Search(device, downsample_area(target, size, size), config, builtin, command, seed=0,

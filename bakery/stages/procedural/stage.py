@@ -66,6 +66,16 @@ BUDGET = ("generations", "population", "beam", "restarts", "steps", "batch", "fi
 SECONDS_LOG_PREFIX = "procedural seconds: "
 
 
+def search_config(params: dict, tile: bool, interpret: bool | None = None) -> SearchConfig:
+    """The search a task runs for its resolved ``params`` (bench/procedural_fit.py times
+    the same one)."""
+    fit = FitConfig(steps=params["steps"], batch=params["batch"], lr=params["lr"],
+                    texture_weight=params["texture_weight"], interpret=interpret)
+    return SearchConfig(generations=params["generations"], population=params["population"], beam=params["beam"],
+                        restarts=params["restarts"], complexity_weight=params["complexity_weight"], fit=fit,
+                        refine_steps=params["refine_steps"], tile=tile)
+
+
 class DeviceSplit:
     """Seconds of a stretch of a task, split by what the device's counters say: compiling
     kernels (bakery.device.KernelCacheStats), waiting for submissions to finish (on a
@@ -160,11 +170,7 @@ class Procedural(Stage):
         fit_target = rgb if (fw, fh) == (w, h) else downsample_area(rgb, fw, fh)
         seamless, seam_ratio = tiling(rgb)
         tile = seamless if params["tile"] == "detect" else params["tile"] == "yes"
-        fit = FitConfig(steps=used["steps"], batch=used["batch"], lr=params["lr"],
-                        texture_weight=params["texture_weight"])
-        config = SearchConfig(generations=used["generations"], population=used["population"], beam=used["beam"],
-                              restarts=used["restarts"], complexity_weight=params["complexity_weight"], fit=fit,
-                              refine_steps=used["refine_steps"], tile=tile)
+        config = search_config(params, tile)
         split = DeviceSplit(device)
         search = Search(device, fit_target, config, builtin, command, seed=ctx.seed, log=ctx.log,
                         progress=ctx.progress, detail=rgb)
