@@ -123,10 +123,49 @@ def test_project_runner_is_validated(tmp_path, monkeypatch, value, message):
     assert f"pipeline.toml:6: project.runner: {message}" in r.output
 
 
-def test_jobs_must_be_positive(tmp_path, monkeypatch):
+@pytest.mark.parametrize("value", ["0", "-2", "many"])
+def test_jobs_must_be_positive_or_auto(tmp_path, monkeypatch, value):
     monkeypatch.chdir(tmp_path)
     make_project(tmp_path)
-    assert "--jobs must be at least 1" in bake("--jobs", "0", code=2).output
+    assert f"'{value}' is not a whole number of at least 1 or 'auto'" in bake("--jobs", value, code=2).output
+
+
+GPU, LAVAPIPE = "vulkan:NVIDIA H200", "vulkan:llvmpipe (LLVM 15.0.6, 256 bits)"
+
+
+@pytest.mark.parametrize("classes,cpus,jobs", [
+    ([GPU] * 20, 16, 8),          # a GPU machine: one worker per two cores, at most 8
+    ([GPU] * 20, 6, 3),
+    ([GPU] * 2, 16, 2),           # no more workers than tasks to build
+    ([GPU], 16, 1),               # one task: no pool at all
+    ([GPU] * 4, 1, 1),
+    ([LAVAPIPE] * 20, 16, 1),     # lavapipe spreads one task over every core already
+    ([None] * 20, 16, 1),         # stages that open no device
+    ([None, None, GPU], 16, 3),   # CPU-only tasks run beside the GPU's
+])
+def test_auto_jobs_pools_only_where_a_gpu_trains(classes, cpus, jobs):
+    from bakery.pipeline.pool_runner import auto_jobs
+
+    assert auto_jobs(classes, cpus=cpus) == jobs
+
+
+def test_jobs_auto_on_this_machine_bakes_in_process_and_a_pool_gives_the_same_bytes(tmp_path, monkeypatch):
+    """auto (the default) on lavapipe: no worker processes; forcing the GPU's answer
+    runs the same tasks in a pool and writes the same outputs."""
+    from bakery.pipeline import pool_runner
+
+    made = []
+    real_backend = pool_runner.PoolBackend
+    monkeypatch.setattr(pool_runner, "PoolBackend", lambda *a, **k: made.append(a[0]) or real_backend(*a, **k))
+    monkeypatch.chdir(tmp_path)
+    make_project(tmp_path)
+    bake()
+    assert made == []
+    local = outputs(tmp_path)
+    monkeypatch.setattr(pool_runner, "auto_jobs", lambda classes, cpus=None: 2)
+    assert "6 tasks: 6 built" in bake("--force").output
+    assert made == [2]
+    assert outputs(tmp_path) == local
 
 
 class FakeBackend:

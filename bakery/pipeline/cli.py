@@ -17,7 +17,7 @@ from bakery.device import DEVICE_KINDS
 
 from bakery.errors import EXIT_OK, EXIT_TASK_FAILED, EXIT_USAGE, BakeryError, UsageError
 from bakery.pipeline.config import ConfigError, display_path, load_pipeline, load_project_paths
-from bakery.pipeline.executor import ALL_STAGES, BakeOptions, bake
+from bakery.pipeline.executor import ALL_STAGES, AUTO_JOBS, BakeOptions, bake
 from bakery.pipeline.html_report import HTML_REPORT_NAME
 from bakery.pipeline.lock import LOCK_NAME, OutputLock
 from bakery.pipeline.safety import (clean_cache, clean_output, exit_code_of, filesystem_error,
@@ -74,6 +74,25 @@ def _force_of(pipeline: Path, force: str | None, log: logging.Logger) -> tuple[P
     return pipeline, force
 
 
+
+class _Jobs(click.ParamType):
+    """``--jobs``: a whole number of at least 1, or ``auto``."""
+    name = "N|auto"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) or value == AUTO_JOBS:
+            return value
+        try:
+            n = int(value)
+        except ValueError:
+            n = 0
+        if n < 1:
+            self.fail(f"{value!r} is not a whole number of at least 1 or {AUTO_JOBS!r}", param, ctx)
+        return n
+
+
+_JOBS = _Jobs()
+
 @click.command("bake")
 @click.argument("pipeline", default="pipeline.toml", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--force", is_flag=False, flag_value=ALL_STAGES, default=None, metavar="[STAGE]",
@@ -95,9 +114,10 @@ def _force_of(pipeline: Path, force: str | None, log: logging.Logger) -> tuple[P
               help="Also write the bake report here (always written to <out>/bake-report.json).")
 @click.option("--runner", type=click.Choice(["local", "ray"]), default=None,
               help="Where tasks run: this process (default) or a Ray cluster. Overrides [project] runner.")
-@click.option("-j", "--jobs", type=int, default=1, show_default=True,
+@click.option("-j", "--jobs", type=_JOBS, default=AUTO_JOBS, show_default=True,
               help="Tasks at once on this machine, in worker processes sharing the GPU (CPU work overlaps "
-                   "training). With --runner ray: actors sharing each GPU.")
+                   "training); auto: one per two cores up to 8 where a GPU trains and two or more tasks "
+                   "build, else 1. With --runner ray: actors sharing each GPU (auto: 1).")
 @click.option("--address", default=None, metavar="auto|ray://HOST:PORT",
               help="--runner ray: join this cluster (default: start a local one for the bake).")
 @click.option("--shared-cache", is_flag=True,

@@ -36,6 +36,7 @@ from bakery.pipeline.worker import DevicePool
 from bakery.stages.params import Settings
 
 ALL_STAGES = "*"
+AUTO_JOBS = "auto"
 REPORT_NAME = "bake-report.json"
 
 
@@ -52,7 +53,7 @@ class BakeOptions:
     report: Path | None = None
     bars: bool | None = None           # None: tqdm only on a terminal
     runner: str | None = None          # local | ray; overrides [project] runner
-    jobs: int = 1                      # local runner: tasks at once, in worker processes
+    jobs: int | str = 1                # local runner: tasks at once, in worker processes; or "auto"
     address: str | None = None         # ray: None starts a local cluster; auto | ray://HOST:PORT
     shared_cache: bool = False         # ray: workers build into the cache folder (same path on every node)
     max_retries: int = 2               # ray, --jobs: times a task whose worker died runs again
@@ -92,8 +93,9 @@ class Executor:
         self.force_all = ALL_STAGES in force
         self.force = force
         self.runner_kind = opts.runner or pipe.runner
-        if opts.jobs < 1:
-            raise UsageError(f"--jobs must be at least 1, got {opts.jobs}", key="--jobs")
+        if opts.jobs != AUTO_JOBS and (not isinstance(opts.jobs, int) or opts.jobs < 1):
+            raise UsageError(f"--jobs must be a whole number of at least 1 or 'auto', got {opts.jobs!r}",
+                             key="--jobs")
         if opts.dry_run and opts.verify_determinism:   # it would check nothing and say nothing
             raise UsageError("bakes every task a second time; --dry-run bakes none", key="--verify-determinism")
         if self.runner_kind == "ray" and not opts.dry_run:
@@ -260,7 +262,7 @@ class Executor:
                 shown[stage] = StageProgress(stage, counts[stage], log=self.log, bars=self.opts.bars)
             return shown[stage]
 
-        runner = self.runner = self._make_runner(progress_of)
+        runner = self.runner = self._make_runner(progress_of, self._jobs(specs))
         events = runner.run(specs, forced=self.forced)
         not_run = "interrupted"  # what the tasks never reached are, unless the loop says otherwise
         try:
@@ -282,7 +284,19 @@ class Executor:
                                                               out_dir=display_path(Path(s.out_dir)))
                             for s in specs]
 
-    def _make_runner(self, progress_of):
+    def _jobs(self, specs: list[TaskSpec]) -> int:
+        """``--jobs``, with ``auto`` resolved from the tasks this bake builds: a pool only
+        where a GPU does the training and two or more tasks build (a cached re-bake starts
+        no workers)."""
+        if self.opts.jobs != AUTO_JOBS:
+            return int(self.opts.jobs)
+        from bakery.pipeline.pool_runner import auto_jobs
+
+        to_build = [s for s in specs if not s.error
+                    and (self.forced(s) or not s.key or not self.cache.bundle_dir(s.key).is_dir())]
+        return 1 if self.runner_kind == "ray" else auto_jobs(s.device_class for s in to_build)
+
+    def _make_runner(self, progress_of, jobs: int):
         """The local runner, a process pool (``--jobs``) or a Ray cluster (``--runner ray``)."""
         log_dir = self.pipe.out / "logs"
         o = self.opts
@@ -291,14 +305,15 @@ class Executor:
             from bakery.pipeline.ray_runner import RayBackend
 
             backend = RayBackend(address=o.address, cache_root=self.cache.root, shared_cache=o.shared_cache,
-                                 max_retries=o.max_retries, actors_per_gpu=o.jobs, device_workers=o.jobs,
+                                 max_retries=o.max_retries, actors_per_gpu=jobs, device_workers=jobs,
                                  device_cache=self.devices.cache_dir)
             return DagRunner(self.cache, backend, self.log, log_dir, ship_files=not o.shared_cache)
-        if o.jobs > 1:
+        if jobs > 1:
             from bakery.pipeline.dispatch import DagRunner
             from bakery.pipeline.pool_runner import PoolBackend
 
-            backend = PoolBackend(o.jobs, self.cache.root, self.devices.cache_dir, max_retries=o.max_retries)
+            self.log.info("%d tasks at once, in worker processes (--jobs %s)", jobs, o.jobs)
+            backend = PoolBackend(jobs, self.cache.root, self.devices.cache_dir, max_retries=o.max_retries)
             return DagRunner(self.cache, backend, self.log, log_dir)
         return LocalRunner(self.cache, self.devices, self.log, log_dir=log_dir,
                            progress=lambda spec: progress_of(spec.stage).task_callback(spec.asset))

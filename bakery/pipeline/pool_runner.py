@@ -11,14 +11,35 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing
+import os
 from pathlib import Path
+from typing import Iterable
 
 from bakery.pipeline.dispatch import Job
 from bakery.pipeline.spec import TaskSpec
 from bakery.pipeline.worker import Attempt, DevicePool
 
+#: ``--jobs auto``'s ceiling: past it the workers' CPU work outgrows one GPU's share of a
+#: host's cores, and each worker holds its own device (driver memory, compiled kernels).
+MAX_AUTO_JOBS = 8
+
 _devices: DevicePool | None = None  # one per worker process, opened lazily
 _cache_root: str | None = None
+
+
+def auto_jobs(device_classes: Iterable[str | None], cpus: int | None = None) -> int:
+    """How many tasks ``--jobs auto`` runs at once, given the device classes (as the planner
+    probed them) of the tasks to build. On a GPU a task leaves it idle for most of its wall
+    time (decodes for metrics, BCn baselines, image encoding: bench/library.py), so one
+    worker per two cores keeps it fed; on a software device (lavapipe) one task already
+    spreads over every core, and a second only splits them (bench/runners.py), so one."""
+    from bakery.stages.params import preset_class
+
+    classes = list(device_classes)
+    if not any(c is not None and preset_class(c) == "gpu" for c in classes):
+        return 1
+    cpus = cpus if cpus is not None else len(os.sched_getaffinity(0))
+    return max(1, min(MAX_AUTO_JOBS, cpus // 2, len(classes)))
 
 
 def _init_worker(cache_root: str, device_cache: str) -> None:
