@@ -457,6 +457,25 @@ def test_ramp_normal_equations_from_prefix_sums_match_the_per_pixel_solve():
         assert np.allclose(c, want_c, atol=1e-8) and m == pytest.approx(want_m, rel=1e-9, abs=1e-14)
 
 
+def test_ramps_searched_side_by_side_give_each_fields_own_search_bit_for_bit(monkeypatch):
+    """project_many (a generation's fields in batched rounds, in chunks) returns exactly what
+    each field's search alone returns: stop counts 2-5, starts in and out of order."""
+    from bakery.stages.procedural import ramps
+    rng = np.random.default_rng(5)
+    yy, xx = np.mgrid[0:40, 0:48] / 40.0
+    target = rng.uniform(size=(40, 48, 3))
+    fields = [f for k in range(3) for f in (np.sin(xx * 9 + k) * 2, rng.normal(size=(40, 48)),
+                                            np.floor(xx * (6 + k)) % 2 + 0.01 * yy, xx * 3 - k)]
+    starts = [np.sort(rng.uniform(-1.5, 1.5, 2 + k % 4)) for k in range(len(fields))]
+    starts[1], starts[6] = starts[1][::-1].copy(), np.array([0.3, 0.3, 0.9])
+    alone = [ramps.project_many([v], target, [p]) for v, p in zip(fields, starts)]
+    monkeypatch.setattr(ramps, "SUMS_BYTES", 5 * 40 * 48 * ramps.FIELD_SUMS_BYTES_PER_PIXEL)  # chunks of 5
+    together = ramps.project_many(fields, target, starts)
+    for (a,), b in zip(alone, together):
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) and a[2] == b[2]
+    assert min(m for _, _, m in together) < min(np.var(target.reshape(-1, 3), axis=0).sum() / 3, 1.0)
+
+
 @pytest.mark.parametrize("interpret", [False, True], ids=["compiled", "interpreted"])
 def test_a_fit_is_scored_on_the_device_as_its_render_would_be_on_the_host(device, interpret):
     """score_render's pixel MSE, texture loss and mean colour equal those of each render

@@ -15,6 +15,8 @@ prefix sums instead of a pass over the pixels.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from bakery.stages.procedural.dsl import Node
@@ -27,6 +29,10 @@ STEPS = (0.1, 0.03, 0.01, 0.003, 0.001, 0.0003)
 #: Neighbouring positions closer than this blend as the shader's clamped span does
 #: (bk_ramp_segment); such trials take the per-pixel path.
 MIN_SPAN = 1e-4
+#: project_many searches as many fields side by side as keep their FieldSums (sorted field
+#: and target, prefix sums: ~112 bytes a pixel) within this many bytes.
+SUMS_BYTES = 64 << 20
+FIELD_SUMS_BYTES_PER_PIXEL = 112
 
 
 def projectable(structure: Node) -> bool:
@@ -104,38 +110,54 @@ class FieldSums:
         p = np.atleast_2d(np.asarray(positions, np.float64))
         b, n = p.shape
         colours, mses = np.zeros((b, n, 3)), np.zeros(b)
-        ordered = np.all(np.diff(p, axis=1) >= MIN_SPAN, axis=1)
+        ordered = in_order(p)
         for i in np.flatnonzero(~ordered):
             colours[i], mses[i] = solve_colours(self.v, self.t, p[i])
         q = p[ordered]
-        if not len(q):
-            return colours, mses
+        if len(q):
+            colours[ordered], mses[ordered] = _solve_segments(self.segments(q), q, self.centre, self.tt, self.t.size)
+        return colours, mses
+
+    def segments(self, q: np.ndarray) -> np.ndarray:
+        """For rows of positions in order [m, n]: the sums over the pixels below the first,
+        between each two and from the last on [m, n + 1, 9]."""
         m = len(q)
         edges = np.concatenate([np.zeros((m, 1), np.intp), np.searchsorted(self.v, q, side="left"),
                                 np.full((m, 1), len(self.v))], axis=1)
-        seg = self.prefix[edges[:, 1:]] - self.prefix[edges[:, :-1]]  # [m, n + 1, 9]: pixels between positions
-        gram, cross = np.zeros((m, n, n)), np.zeros((m, n, 3))
-        gram[:, 0, 0] += seg[:, 0, 0]                # below the first position: its colour alone
-        cross[:, 0] += seg[:, 0, 3:6]
-        gram[:, n - 1, n - 1] += seg[:, n, 0]        # from the last one on: its colour alone
-        cross[:, n - 1] += seg[:, n, 3:6]
-        for k in range(1, n):                        # between positions k - 1 and k: blend t = (v - a) / s
-            one, sd, sdd, st, sdt = seg[:, k, 0], seg[:, k, 1], seg[:, k, 2], seg[:, k, 3:6], seg[:, k, 6:9]
-            a, s = q[:, k - 1] - self.centre, q[:, k] - q[:, k - 1]
-            t1 = (sd - a * one) / s
-            t2 = (sdd - 2.0 * a * sd + a * a * one) / (s * s)
-            tc = (sdt - a[:, None] * st) / s[:, None]
-            gram[:, k - 1, k - 1] += one - 2.0 * t1 + t2
-            gram[:, k - 1, k] += t1 - t2
-            gram[:, k, k - 1] += t1 - t2
-            gram[:, k, k] += t2
-            cross[:, k - 1] += st - tc
-            cross[:, k] += tc
-        ridge = 1e-9 * np.maximum(1.0, np.trace(gram, axis1=1, axis2=2))[:, None, None] * np.eye(n)
-        c = np.linalg.solve(gram + ridge, cross)
-        sse = self.tt - 2.0 * (c * cross).sum(axis=(1, 2)) + (c * (gram @ c)).sum(axis=(1, 2))
-        colours[ordered], mses[ordered] = c, np.maximum(0.0, sse) / self.t.size
-        return colours, mses
+        return self.prefix[edges[:, 1:]] - self.prefix[edges[:, :-1]]
+
+
+def in_order(p: np.ndarray) -> np.ndarray:
+    """Which rows of positions [B, n] are in order, each at least MIN_SPAN past the last."""
+    return np.all(np.diff(p, axis=1) >= MIN_SPAN, axis=1)
+
+
+def _solve_segments(seg: np.ndarray, q: np.ndarray, centre, tt, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Colours [m, n, 3] and MSEs [m] of rows of ordered positions q [m, n] from their
+    segment sums (FieldSums.segments); ``centre`` and ``tt`` per row or one for all. Every
+    row's arithmetic is its own, so rows of several fields solve in one batch."""
+    m, n = q.shape
+    gram, cross = np.zeros((m, n, n)), np.zeros((m, n, 3))
+    gram[:, 0, 0] += seg[:, 0, 0]                # below the first position: its colour alone
+    cross[:, 0] += seg[:, 0, 3:6]
+    gram[:, n - 1, n - 1] += seg[:, n, 0]        # from the last one on: its colour alone
+    cross[:, n - 1] += seg[:, n, 3:6]
+    for k in range(1, n):                        # between positions k - 1 and k: blend t = (v - a) / s
+        one, sd, sdd, st, sdt = seg[:, k, 0], seg[:, k, 1], seg[:, k, 2], seg[:, k, 3:6], seg[:, k, 6:9]
+        a, s = q[:, k - 1] - centre, q[:, k] - q[:, k - 1]
+        t1 = (sd - a * one) / s
+        t2 = (sdd - 2.0 * a * sd + a * a * one) / (s * s)
+        tc = (sdt - a[:, None] * st) / s[:, None]
+        gram[:, k - 1, k - 1] += one - 2.0 * t1 + t2
+        gram[:, k - 1, k] += t1 - t2
+        gram[:, k, k - 1] += t1 - t2
+        gram[:, k, k] += t2
+        cross[:, k - 1] += st - tc
+        cross[:, k] += tc
+    ridge = 1e-9 * np.maximum(1.0, np.trace(gram, axis1=1, axis2=2))[:, None, None] * np.eye(n)
+    c = np.linalg.solve(gram + ridge, cross)
+    sse = tt - 2.0 * (c * cross).sum(axis=(1, 2)) + (c * (gram @ c)).sum(axis=(1, 2))
+    return c, np.maximum(0.0, sse) / size
 
 
 def project(v: np.ndarray, target: np.ndarray, positions: np.ndarray,
@@ -143,33 +165,100 @@ def project(v: np.ndarray, target: np.ndarray, positions: np.ndarray,
     """Positions (coordinate search from ``positions``; kept as given without ``search``)
     and colours (solved) of the ramp that best maps field ``v`` [H, W] onto ``target``
     [H, W, 3]; returns them and the MSE."""
-    v = np.asarray(v, np.float64).reshape(-1)
+    return project_many([v], target, [positions], search)[0]
+
+
+class _Walk:
+    """One field's coordinate search (project_many): from positions in order it stays in
+    order, since a stop moved past its neighbour draws a folded ramp no person would write,
+    and scoring one takes a pass over the pixels where an ordered trial takes a few lookups.
+    Each step (a share of the field's range) moves one position down or up, the best move
+    that lowers the MSE taken, up to 8 times, then the next smaller step."""
+
+    def __init__(self, sums: FieldSums, v: np.ndarray, start: np.ndarray):
+        self.sums, self.best = sums, start
+        (self.colours,), (self.mse,) = sums.solve(start)
+        self.span = max(1e-6, float(v.max() - v.min()))
+        self.keep_order = bool(in_order(start[None])[0])
+        self.moves = np.concatenate([-np.eye(len(start)), np.eye(len(start))])  # each position down, then up
+        self.step, self.moved = 0, 0
+
+    def trials(self) -> np.ndarray | None:
+        """This round's trial positions; None once the search has ended."""
+        while self.step < len(STEPS):
+            trials = self.best + STEPS[self.step] * self.span * self.moves
+            if self.keep_order:
+                trials = trials[in_order(trials)]
+            if len(trials):
+                return trials
+            self.next_step()
+        return None
+
+    def next_step(self) -> None:
+        self.step, self.moved = self.step + 1, 0
+
+    def take(self, trials: np.ndarray, colours: np.ndarray, mses: np.ndarray) -> None:
+        k = int(np.argmin(mses))
+        if not mses[k] < self.mse * (1 - 1e-9):
+            self.next_step()
+            return
+        self.best, self.colours, self.mse = trials[k], colours[k], float(mses[k])
+        self.moved += 1
+        if self.moved == 8:
+            self.next_step()
+
+
+def project_many(fields: Sequence[np.ndarray], target: np.ndarray, starts: Sequence[np.ndarray],
+                 search: bool = True) -> list[tuple[np.ndarray, np.ndarray, float]]:
+    """:func:`project` of several fields onto one target, their searches side by side: each
+    round solves every field's trials that are in order in one batch per stop count, so a
+    round costs a few array operations per field instead of a solve of its own (a
+    generation projects hundreds of fields). The same numbers as one field at a time."""
     t = np.asarray(target, np.float64).reshape(-1, 3)
-    best = np.asarray(positions, np.float64).copy()
+    flat = [np.asarray(v, np.float64).reshape(-1) for v in fields]
+    starts = [np.asarray(p, np.float64).copy() for p in starts]
     if not search:
-        colours, mse = solve_colours(v, t, best)
-        return best, colours, mse
-    sums = FieldSums(v, t)
-    span = max(1e-6, float(v.max() - v.min()))
-    (colours,), (mse,) = sums.solve(best)
-    # From positions in order the search stays in order: a stop moved past its neighbour
-    # draws a folded ramp no person would write, and scoring one takes a pass over the
-    # pixels where an ordered trial takes a few lookups.
-    keep_order = bool(np.all(np.diff(best) >= MIN_SPAN))
-    moves = np.concatenate([-np.eye(len(best)), np.eye(len(best))])  # each position down, then up
-    for step in STEPS:
-        for _ in range(8):  # every move of this step tried at once; the best that lowers the MSE taken
-            trials = best + step * span * moves
-            if keep_order:
-                trials = trials[np.all(np.diff(trials, axis=1) >= MIN_SPAN, axis=1)]
-                if not len(trials):
-                    break
-            found, mses = sums.solve(trials)
-            k = int(np.argmin(mses))
-            if not mses[k] < mse * (1 - 1e-9):
+        return [(p, *solve_colours(v, t, p)) for v, p in zip(flat, starts)]
+    out = []
+    side_by_side = max(1, SUMS_BYTES // (FIELD_SUMS_BYTES_PER_PIXEL * max(1, len(t))))
+    for at in range(0, len(flat), side_by_side):
+        walks = [_Walk(FieldSums(v, t), v, p) for v, p in zip(flat[at:at + side_by_side], starts[at:at + side_by_side])]
+        while True:
+            rows = [(w, tr) for w in walks for tr in [w.trials()] if tr is not None]
+            if not rows:
                 break
-            best, colours, mse = trials[k], found[k], float(mses[k])
-    return best, colours, mse
+            for (w, trials), (colours, mses) in zip(rows, _solve_rounds(rows)):
+                w.take(trials, colours, mses)
+        out += [(w.best, w.colours, w.mse) for w in walks]
+    return out
+
+
+def _solve_rounds(rows: Sequence[tuple[_Walk, np.ndarray]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """FieldSums.solve of each walk's trials, the ordered rows of all walks with the same
+    stop count solved together."""
+    out = []
+    batches: dict[int, list] = {}
+    for w, trials in rows:
+        colours, mses = np.zeros((len(trials), trials.shape[1], 3)), np.zeros(len(trials))
+        ordered = in_order(trials)
+        for i in np.flatnonzero(~ordered):
+            colours[i], mses[i] = solve_colours(w.sums.v, w.sums.t, trials[i])
+        out.append((colours, mses))
+        if ordered.any():
+            q = trials[ordered]
+            batches.setdefault(trials.shape[1], []).append((len(out) - 1, ordered, q, w.sums.segments(q), w.sums))
+    for group in batches.values():
+        q = np.concatenate([g[2] for g in group])
+        seg = np.concatenate([g[3] for g in group])
+        centre = np.concatenate([np.full(len(g[2]), g[4].centre) for g in group])
+        tt = np.concatenate([np.full(len(g[2]), g[4].tt) for g in group])
+        c, m = _solve_segments(seg, q, centre, tt, group[0][4].t.size)
+        at = 0
+        for index, ordered, rows_q, _, _ in group:
+            colours, mses = out[index]
+            colours[ordered], mses[ordered] = c[at:at + len(rows_q)], m[at:at + len(rows_q)]
+            at += len(rows_q)
+    return out
 
 
 def with_ramp(structure: Node, values: np.ndarray, positions: np.ndarray, colours: np.ndarray) -> np.ndarray:

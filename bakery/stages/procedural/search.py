@@ -399,13 +399,11 @@ class Search:
         renders = render_jobs(self.device, structures, field_jobs, w, h, tile=self.config.fit.tile,
                               texture=self.config.fit.texture_weight > 0.0, channels=1)
         variance = max(1e-12, float(np.mean((target - target.reshape(-1, 3).mean(axis=0)) ** 2)))
-        for i, render in zip(todo, renders):
+        finite = [(i, render) for i, render in zip(todo, renders) if np.isfinite(render).all()]
+        starts = [np.asarray(jobs[i][1][:int(structures[jobs[i][0]].attr["stops"])]) for i, _ in finite]
+        solved = ramps.project_many([ramps.field_values(render) for _, render in finite], target, starts, search)
+        for (i, _), (positions, colours, mse) in zip(finite, solved):
             s, values = jobs[i]
-            if not np.isfinite(render).all():
-                continue
-            n = int(structures[s].attr["stops"])
-            positions, colours, mse = ramps.project(ramps.field_values(render), target, np.asarray(values[:n]),
-                                                    search)
             if 1.0 - mse / variance >= min_explained:
                 out[i] = (s, ramps.with_ramp(structures[s], values, positions, colours))
                 mses[i] = mse
