@@ -319,7 +319,7 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=2048)
     ap.add_argument("--device", default="auto", choices=["auto", "vulkan", "software"])
     ap.add_argument("--seed", type=int, default=make_assets.SEED)
-    ap.add_argument("--jobs", type=int, default=1, help="bakery bake --jobs")
+    ap.add_argument("--jobs", default="auto", help="bakery bake --jobs (N or auto, the bake's default)")
     ap.add_argument("--caches", nargs="+", default=["cold", "warm"], choices=["cold", "warm"],
                     help="bakes in turn: cold empties the caches first, warm keeps them (rows say which they had)")
     ap.add_argument("--work", type=Path, default=None, help="library folder (default: a temp folder, removed)")
@@ -354,7 +354,7 @@ def main() -> int:
             if caches == "cold":
                 for d in ("out", "cache", "xdg"):
                     shutil.rmtree(root / d, ignore_errors=True)
-            jobs = ["--jobs", str(args.jobs)] if args.jobs > 1 else []
+            jobs = ["--jobs", str(args.jobs)]
             subset = [a for i in range(baked) for a in ("--asset", f"lib/m{i:03d}")] if baked < args.count else []
             device_cache = root / "cache" / "device"
             state = "warm" if device_cache.is_dir() and any(device_cache.iterdir()) else "cold"  # as they were

@@ -124,6 +124,8 @@ def link_compile_cache(folder: Path, work: Path) -> None:
 #: The line a bake logs as each task ends (bakery.progress.StageProgress.finished, without a TTY).
 TASK_DONE = re.compile(r"\[\d+/\d+\] (?P<stage>[^/\s]+)/(?P<asset>\S+) (?P<status>built|cached|failed|skipped)\b"
                        r"(?: in (?P<seconds>[\d.]+) s)?")
+#: The bake's line saying how many worker processes ``--jobs`` (auto) resolved to.
+WORKERS = re.compile(r"\d+ tasks at once, in worker processes")
 
 
 def run_streamed(cmd: list[str], *, cwd: Path, env: dict[str, str], echo: str | None = "    ",
@@ -137,11 +139,11 @@ def run_streamed(cmd: list[str], *, cwd: Path, env: dict[str, str], echo: str | 
     with subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           errors="replace") as p:
         for line in p.stdout:
-            if TASK_DONE.search(line):
-                if echo is not None:
-                    print(echo + line.rstrip(), flush=True)
-                if on_task is not None:
-                    on_task(line)
+            done = TASK_DONE.search(line)
+            if (done or WORKERS.search(line)) and echo is not None:
+                print(echo + line.rstrip(), flush=True)
+            if done and on_task is not None:
+                on_task(line)
             tail.append(line)
             size += len(line)
             while size > tail_chars and len(tail) > 1:
