@@ -41,6 +41,7 @@ class PhysicalDevice:
     driver_info: str     # the driver's own version string, e.g. "580.159.04", "Mesa 25.0.7-2~bpo12+1"
     extensions: frozenset[str]
     sm_count: int | None  # multiprocessors (NVIDIA: VK_NV_shader_sm_builtins); None where not reported
+    memory_bytes: int | None = None  # the largest device-local heap (its own memory, for a GPU)
 
     @property
     def cooperative_vector(self) -> bool:
@@ -80,6 +81,19 @@ class _DriverProperties(ctypes.Structure):
 class _SmBuiltins(ctypes.Structure):
     _fields_ = [("sType", ctypes.c_int), ("pNext", ctypes.c_void_p), ("shaderSMCount", ctypes.c_uint32),
                 ("shaderWarpsPerSM", ctypes.c_uint32)]
+
+
+class _MemoryHeap(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_uint64), ("flags", ctypes.c_uint32)]
+
+
+class _MemoryProperties(ctypes.Structure):
+    # VkPhysicalDeviceMemoryProperties: 32 memory types (propertyFlags, heapIndex), then 16 heaps.
+    _fields_ = [("memoryTypeCount", ctypes.c_uint32), ("memoryTypes", ctypes.c_uint32 * 64),
+                ("memoryHeapCount", ctypes.c_uint32), ("memoryHeaps", _MemoryHeap * 16)]
+
+
+_HEAP_DEVICE_LOCAL = 0x1
 
 
 class _Properties2(ctypes.Structure):
@@ -153,7 +167,16 @@ def _describe(vk, handle) -> PhysicalDevice:
     vk.vkGetPhysicalDeviceProperties2(handle, ctypes.byref(props))
     return PhysicalDevice(name=_text(props.deviceName), uuid=bytes(ids.deviceUUID),
                           driver_name=_text(driver.driverName), driver_info=_text(driver.driverInfo),
-                          extensions=extensions, sm_count=int(sm.shaderSMCount) or None)
+                          extensions=extensions, sm_count=int(sm.shaderSMCount) or None,
+                          memory_bytes=_device_local_bytes(vk, handle))
+
+
+def _device_local_bytes(vk, handle) -> int | None:
+    memory = _MemoryProperties()
+    vk.vkGetPhysicalDeviceMemoryProperties.argtypes = [ctypes.c_void_p, ctypes.POINTER(_MemoryProperties)]
+    vk.vkGetPhysicalDeviceMemoryProperties(handle, ctypes.byref(memory))
+    heaps = [memory.memoryHeaps[i] for i in range(min(16, memory.memoryHeapCount))]
+    return max((int(h.size) for h in heaps if h.flags & _HEAP_DEVICE_LOCAL), default=None)
 
 
 def find(uuid: bytes | list[int] | None = None, name: str | None = None) -> PhysicalDevice | None:

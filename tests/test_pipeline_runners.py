@@ -133,20 +133,42 @@ def test_jobs_must_be_positive_or_auto(tmp_path, monkeypatch, value):
 GPU, LAVAPIPE = "vulkan:NVIDIA H200", "vulkan:llvmpipe (LLVM 15.0.6, 256 bits)"
 
 
-@pytest.mark.parametrize("classes,cpus,jobs", [
-    ([GPU] * 20, 16, 8),          # a GPU machine: one worker per two cores, at most 8
-    ([GPU] * 20, 6, 3),
-    ([GPU] * 2, 16, 2),           # no more workers than tasks to build
-    ([GPU], 16, 1),               # one task: no pool at all
-    ([GPU] * 4, 1, 1),
-    ([LAVAPIPE] * 20, 16, 1),     # lavapipe spreads one task over every core already
-    ([None] * 20, 16, 1),         # stages that open no device
-    ([None, None, GPU], 16, 3),   # CPU-only tasks run beside the GPU's
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize("classes,cpus,memory,jobs", [
+    ([GPU] * 20, 16, 141 * GIB, 8),   # an H200: one worker per two cores, at most 8
+    ([GPU] * 20, 6, 141 * GIB, 3),
+    ([GPU] * 20, 32, 24 * GIB, 4),    # a 24 GiB card: as many as its memory holds
+    ([GPU] * 20, 32, 8 * GIB, 1),
+    ([GPU] * 2, 16, 141 * GIB, 2),    # no more workers than tasks to build
+    ([GPU], 16, 141 * GIB, 1),        # one task: no pool at all
+    ([GPU] * 4, 1, 141 * GIB, 1),
+    ([LAVAPIPE] * 20, 16, 24 * GIB, 1),  # lavapipe spreads one task over every core already
+    ([None] * 20, 16, 141 * GIB, 1),  # stages that open no device
+    ([None, None, GPU], 16, 141 * GIB, 3),  # CPU-only tasks run beside the GPU's
 ])
-def test_auto_jobs_pools_only_where_a_gpu_trains(classes, cpus, jobs):
+def test_auto_jobs_pools_only_where_a_gpu_trains(classes, cpus, memory, jobs):
     from bakery.pipeline.pool_runner import auto_jobs
 
-    assert auto_jobs(classes, cpus=cpus) == jobs
+    assert auto_jobs(classes, cpus=cpus, gpu_bytes=memory) == jobs
+
+
+def test_auto_jobs_reads_the_gpus_memory_from_its_driver(monkeypatch):
+    """Without a figure given, the memory is the named GPU's largest device-local heap as
+    the Vulkan driver lists it (lavapipe's, on this machine: it lists one); a GPU the driver
+    does not list gets UNKNOWN_MEMORY_JOBS."""
+    from bakery import vulkan_probe
+    from bakery.pipeline import pool_runner
+
+    lavapipe = next((d for d in vulkan_probe.physical_devices() if "llvmpipe" in d.name), None)
+    if lavapipe is None:
+        pytest.skip("needs lavapipe listed by the Vulkan loader")
+    assert lavapipe.memory_bytes and lavapipe.memory_bytes > 256 << 20
+    assert pool_runner.gpu_memory(f"vulkan:{lavapipe.name}") == lavapipe.memory_bytes
+    monkeypatch.setattr(pool_runner, "gpu_memory", lambda c: 12 * GIB if c == GPU else None)
+    assert pool_runner.auto_jobs([GPU] * 20, cpus=64) == 2
+    assert pool_runner.auto_jobs(["vulkan:Unlisted GPU"] * 20, cpus=64) == pool_runner.UNKNOWN_MEMORY_JOBS
 
 
 def test_jobs_auto_on_this_machine_bakes_in_process_and_a_pool_gives_the_same_bytes(tmp_path, monkeypatch):
@@ -162,7 +184,7 @@ def test_jobs_auto_on_this_machine_bakes_in_process_and_a_pool_gives_the_same_by
     bake()
     assert made == []
     local = outputs(tmp_path)
-    monkeypatch.setattr(pool_runner, "auto_jobs", lambda classes, cpus=None: 2)
+    monkeypatch.setattr(pool_runner, "auto_jobs", lambda classes, cpus=None, gpu_bytes=None: 2)
     assert "6 tasks: 6 built" in bake("--force").output
     assert made == [2]
     assert outputs(tmp_path) == local

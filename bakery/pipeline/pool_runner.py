@@ -22,24 +22,42 @@ from bakery.pipeline.worker import Attempt, DevicePool
 #: ``--jobs auto``'s ceiling: past it the workers' CPU work outgrows one GPU's share of a
 #: host's cores, and each worker holds its own device (driver memory, compiled kernels).
 MAX_AUTO_JOBS = 8
+#: GPU memory ``--jobs auto`` counts per worker: a 4096² six-map ntc bake peaks at 3.9 GiB
+#: above idle (bench/studio_library.py), and the worker's context and kernels add to it.
+GPU_BYTES_PER_WORKER = 6 << 30
+#: Workers where the GPU's memory cannot be read.
+UNKNOWN_MEMORY_JOBS = 2
 
 _devices: DevicePool | None = None  # one per worker process, opened lazily
 _cache_root: str | None = None
 
 
-def auto_jobs(device_classes: Iterable[str | None], cpus: int | None = None) -> int:
+def auto_jobs(device_classes: Iterable[str | None], cpus: int | None = None, gpu_bytes: int | None = None) -> int:
     """How many tasks ``--jobs auto`` runs at once, given the device classes (as the planner
     probed them) of the tasks to build. On a GPU a task leaves it idle for most of its wall
     time (decodes for metrics, BCn baselines, image encoding: bench/library.py), so one
-    worker per two cores keeps it fed; on a software device (lavapipe) one task already
-    spreads over every core, and a second only splits them (bench/runners.py), so one."""
+    worker per two cores keeps it fed, as many as its memory holds (``gpu_bytes``, read from
+    the driver where not given); on a software device (lavapipe) one task already spreads
+    over every core, and a second only splits them (bench/runners.py), so one."""
     from bakery.stages.params import preset_class
 
     classes = list(device_classes)
-    if not any(c is not None and preset_class(c) == "gpu" for c in classes):
+    gpus = [c for c in classes if c is not None and preset_class(c) == "gpu"]
+    if not gpus:
         return 1
     cpus = cpus if cpus is not None else len(os.sched_getaffinity(0))
-    return max(1, min(MAX_AUTO_JOBS, cpus // 2, len(classes)))
+    memory = gpu_bytes if gpu_bytes is not None else gpu_memory(gpus[0])
+    by_memory = memory // GPU_BYTES_PER_WORKER if memory else UNKNOWN_MEMORY_JOBS
+    return max(1, min(MAX_AUTO_JOBS, cpus // 2, by_memory, len(classes)))
+
+
+def gpu_memory(device_class: str) -> int | None:
+    """The device-local memory of the GPU a device class (``backend:ADAPTER``) names, as its
+    Vulkan driver reports it; None where no driver lists it."""
+    from bakery import vulkan_probe
+
+    found = vulkan_probe.find(name=device_class.partition(":")[2])
+    return found.memory_bytes if found is not None else None
 
 
 def _init_worker(cache_root: str, device_cache: str) -> None:
