@@ -139,7 +139,8 @@ GIB = 1 << 30
 @pytest.mark.parametrize("classes,cpus,memory,jobs", [
     ([GPU] * 20, 16, 141 * GIB, 8),   # an H200: one worker per two cores, at most 8
     ([GPU] * 20, 6, 141 * GIB, 3),
-    ([GPU] * 20, 32, 24 * GIB, 4),    # a 24 GiB card: as many as its memory holds
+    ([GPU] * 20, 32, 80 * GIB, 6),    # an 80 GiB card: as many as its memory holds
+    ([GPU] * 20, 32, 24 * GIB, 2),
     ([GPU] * 20, 32, 8 * GIB, 1),
     ([GPU] * 2, 16, 141 * GIB, 2),    # no more workers than tasks to build
     ([GPU], 16, 141 * GIB, 1),        # one task: no pool at all
@@ -166,8 +167,8 @@ def test_auto_jobs_reads_the_gpus_memory_from_its_driver(monkeypatch):
         pytest.skip("needs lavapipe listed by the Vulkan loader")
     assert lavapipe.memory_bytes and lavapipe.memory_bytes > 256 << 20
     assert pool_runner.gpu_memory(f"vulkan:{lavapipe.name}") == lavapipe.memory_bytes
-    monkeypatch.setattr(pool_runner, "gpu_memory", lambda c: 12 * GIB if c == GPU else None)
-    assert pool_runner.auto_jobs([GPU] * 20, cpus=64) == 2
+    monkeypatch.setattr(pool_runner, "gpu_memory", lambda c: 40 * GIB if c == GPU else None)
+    assert pool_runner.auto_jobs([GPU] * 20, cpus=64) == 3
     assert pool_runner.auto_jobs(["vulkan:Unlisted GPU"] * 20, cpus=64) == pool_runner.UNKNOWN_MEMORY_JOBS
 
 

@@ -116,7 +116,7 @@ _JOBS = _Jobs()
               help="Where tasks run: this process (default) or a Ray cluster. Overrides [project] runner.")
 @click.option("-j", "--jobs", type=_JOBS, default=AUTO_JOBS, show_default=True,
               help="Tasks at once on this machine, in worker processes sharing the GPU (CPU work overlaps "
-                   "training); auto: one per two cores up to 8 (and per 6 GiB of GPU memory) where a GPU "
+                   "training); auto: one per two cores up to 8 (and per 12 GiB of GPU memory) where a GPU "
                    "trains and two or more tasks build, else 1. With --runner ray: actors sharing each GPU "
                    "(auto: 1).")
 @click.option("--address", default=None, metavar="auto|ray://HOST:PORT",

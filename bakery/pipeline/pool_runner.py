@@ -22,9 +22,10 @@ from bakery.pipeline.worker import Attempt, DevicePool
 #: ``--jobs auto``'s ceiling: past it the workers' CPU work outgrows one GPU's share of a
 #: host's cores, and each worker holds its own device (driver memory, compiled kernels).
 MAX_AUTO_JOBS = 8
-#: GPU memory ``--jobs auto`` counts per worker: a 4096² six-map ntc bake peaks at 3.9 GiB
-#: above idle (bench/studio_library.py), and the worker's context and kernels add to it.
-GPU_BYTES_PER_WORKER = 6 << 30
+#: GPU memory ``--jobs auto`` counts per worker: a 4096² six-map set peaks at 10.4 GiB
+#: above idle in mipmap and 3.9 GiB in ntc (bench/studio_library.py), and the worker's
+#: context and kernels add to it.
+GPU_BYTES_PER_WORKER = 12 << 30
 #: Workers where the GPU's memory cannot be read.
 UNKNOWN_MEMORY_JOBS = 2
 
