@@ -354,22 +354,50 @@ def test_a_shader_that_never_terminates_fails_its_task_at_the_time_limit(tmp_pat
     assert not (tmp_path / "out" / "fit" / "spin").exists()
 
 
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (an exited one not yet reaped, a zombie, is not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143)])  # SIGINT takes the same path (130)
-def test_signals_stop_a_bake_stuck_in_a_dispatch_within_seconds(tmp_path, sig, code):
+@pytest.mark.parametrize("jobs", ["1", "2"], ids=["in-process", "worker-processes"])  # auto's two answers
+def test_signals_stop_a_bake_stuck_in_a_dispatch_within_seconds(tmp_path, sig, code, jobs):
     _spin_project(tmp_path)
     before = listing(tmp_path, skip=("out", "cache"))
-    p = subprocess.Popen([sys.executable, "-m", "bakery", "bake", "pipeline.toml"], cwd=tmp_path, env=_env(),
+    p = subprocess.Popen([sys.executable, "-m", "bakery", "bake", "pipeline.toml", "--jobs", jobs], cwd=tmp_path,
+                         env=_env(),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     t0 = time.monotonic()
     while not list((tmp_path / "cache").glob("entries/.*.staging-*")):
         assert p.poll() is None and time.monotonic() - t0 < 60, p.communicate()
         time.sleep(0.05)
     time.sleep(3.0)  # compiled and dispatched: the spin is running
+    workers = _children(p.pid)
     p.send_signal(sig)
     t1 = time.monotonic()
     _, err = p.communicate(timeout=30)
     assert time.monotonic() - t1 < 12
     assert p.returncode == code and "interrupted" in err and "Traceback" not in err, err
+    deadline = time.monotonic() + 5.0   # workers (and the pool's resource tracker) end within seconds too
+    while [pid for pid in workers if _running(pid)] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in workers if _running(pid)], "a worker process outlived the bake"
     assert listing(tmp_path, skip=("out", "cache")) == before
     r = bakery_process(tmp_path, "bake", "pipeline.toml", "--dry-run")  # the next bake starts clean
     assert "Traceback" not in r.stderr
