@@ -74,7 +74,6 @@ def _force_of(pipeline: Path, force: str | None, log: logging.Logger) -> tuple[P
     return pipeline, force
 
 
-
 class _Jobs(click.ParamType):
     """``--jobs``: a whole number of at least 1, or ``auto``."""
     name = "N|auto"
@@ -92,6 +91,7 @@ class _Jobs(click.ParamType):
 
 
 _JOBS = _Jobs()
+
 
 @click.command("bake")
 @click.argument("pipeline", default="pipeline.toml", type=click.Path(dir_okay=False, path_type=Path))

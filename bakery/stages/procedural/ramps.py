@@ -107,16 +107,7 @@ class FieldSums:
         """:func:`solve_colours` of these pixels for each row of ``positions`` [B, n]:
         colours [B, n, 3] and MSEs [B], from the sums where a row is in order (each
         position at least MIN_SPAN past the one before), per pixel otherwise."""
-        p = np.atleast_2d(np.asarray(positions, np.float64))
-        b, n = p.shape
-        colours, mses = np.zeros((b, n, 3)), np.zeros(b)
-        ordered = in_order(p)
-        for i in np.flatnonzero(~ordered):
-            colours[i], mses[i] = solve_colours(self.v, self.t, p[i])
-        q = p[ordered]
-        if len(q):
-            colours[ordered], mses[ordered] = _solve_segments(self.segments(q), q, self.centre, self.tt, self.t.size)
-        return colours, mses
+        return _solve_rounds([(self, np.atleast_2d(np.asarray(positions, np.float64)))])[0]
 
     def segments(self, q: np.ndarray) -> np.ndarray:
         """For rows of positions in order [m, n]: the sums over the pixels below the first,
@@ -227,34 +218,33 @@ def project_many(fields: Sequence[np.ndarray], target: np.ndarray, starts: Seque
             rows = [(w, tr) for w in walks for tr in [w.trials()] if tr is not None]
             if not rows:
                 break
-            for (w, trials), (colours, mses) in zip(rows, _solve_rounds(rows)):
+            for (w, trials), (colours, mses) in zip(rows, _solve_rounds([(w.sums, tr) for w, tr in rows])):
                 w.take(trials, colours, mses)
         out += [(w.best, w.colours, w.mse) for w in walks]
     return out
 
 
-def _solve_rounds(rows: Sequence[tuple[_Walk, np.ndarray]]) -> list[tuple[np.ndarray, np.ndarray]]:
-    """FieldSums.solve of each walk's trials, the ordered rows of all walks with the same
-    stop count solved together."""
+def _solve_rounds(rows: Sequence[tuple[FieldSums, np.ndarray]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """FieldSums.solve of each field's trial positions [B, n]: the rows in order of every
+    field with the same stop count solved in one batch, the others per pixel."""
     out = []
-    batches: dict[int, list] = {}
-    for w, trials in rows:
+    batches: dict[int, list[tuple[int, np.ndarray, np.ndarray, FieldSums]]] = {}
+    for sums, trials in rows:
         colours, mses = np.zeros((len(trials), trials.shape[1], 3)), np.zeros(len(trials))
         ordered = in_order(trials)
         for i in np.flatnonzero(~ordered):
-            colours[i], mses[i] = solve_colours(w.sums.v, w.sums.t, trials[i])
+            colours[i], mses[i] = solve_colours(sums.v, sums.t, trials[i])
         out.append((colours, mses))
         if ordered.any():
-            q = trials[ordered]
-            batches.setdefault(trials.shape[1], []).append((len(out) - 1, ordered, q, w.sums.segments(q), w.sums))
+            batches.setdefault(trials.shape[1], []).append((len(out) - 1, ordered, trials[ordered], sums))
     for group in batches.values():
-        q = np.concatenate([g[2] for g in group])
-        seg = np.concatenate([g[3] for g in group])
-        centre = np.concatenate([np.full(len(g[2]), g[4].centre) for g in group])
-        tt = np.concatenate([np.full(len(g[2]), g[4].tt) for g in group])
-        c, m = _solve_segments(seg, q, centre, tt, group[0][4].t.size)
+        q = np.concatenate([rows_q for _, _, rows_q, _ in group])
+        seg = np.concatenate([sums.segments(rows_q) for _, _, rows_q, sums in group])
+        centre = np.concatenate([np.full(len(rows_q), sums.centre) for _, _, rows_q, sums in group])
+        tt = np.concatenate([np.full(len(rows_q), sums.tt) for _, _, rows_q, sums in group])
+        c, m = _solve_segments(seg, q, centre, tt, group[0][3].t.size)
         at = 0
-        for index, ordered, rows_q, _, _ in group:
+        for index, ordered, rows_q, _ in group:
             colours, mses = out[index]
             colours[ordered], mses[ordered] = c[at:at + len(rows_q)], m[at:at + len(rows_q)]
             at += len(rows_q)
