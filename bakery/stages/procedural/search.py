@@ -28,6 +28,12 @@ SCREEN_SIZE = 64
 SCREEN_DRAWS = 16
 #: The snapping phase judges snaps on the target at this size (at most).
 SNAP_SIZE = 256
+#: The search's ramp solves (Search._project) read fields at most this wide: a ramp's
+#: stops and colours follow the field's values against the target's, which a small copy
+#: holds, while the host's sorts, sums and read-backs grow with the area. A solve's
+#: proposal replaces a fit only where it is better at the detail size (_better_ramps);
+#: the polish solves at the detail size itself.
+PROJECT_SIZE = 64
 #: A ramp is solved before its structure's fit when that explains this share of the
 #: target's variance (search.Search._project).
 PROJECT_BEFORE_FIT = 0.5
@@ -55,6 +61,14 @@ CONTRAST_SCALES = (1.05, 1.1, 1.15, 1.2, 1.25, 1.3, 1.4, 1.5)
 SNAP_FLOOR = 1.0 / (12 * 255 ** 2)
 #: Denominators a person writes, simplest first: a snap takes the first that keeps the loss.
 DENOMINATORS = {RATIONAL: (1, 2, 4, 5, 8, 10, 20, 100, 1000), COLOUR_STEP: (1, 2, 4, 5, 10, 20, 100, 255)}
+
+
+def _at_most(image: np.ndarray, size: int) -> np.ndarray:
+    """``image``, area-downsampled where it is wider than ``size``."""
+    h, w = image.shape[:2]
+    f = min(1.0, size / max(h, w))
+    return image if f == 1.0 else np.ascontiguousarray(downsample_area(image, max(8, round(w * f)),
+                                                                       max(8, round(h * f))))
 
 
 def _keeps(new: float, old: float) -> bool:
@@ -317,19 +331,14 @@ class Search:
                                                                                           "tile": True})})
         self.target = np.ascontiguousarray(np.asarray(target, np.float32)[:, :, :3])
         detail = self.target if detail is None else np.asarray(detail, np.float32)[:, :, :3]
-        dh, dw = detail.shape[:2]
-        f = min(1.0, SNAP_SIZE / max(dh, dw))
-        self.detail = np.ascontiguousarray(detail if f == 1.0 else downsample_area(
-            detail, max(8, round(dw * f)), max(8, round(dh * f))))
+        self.detail = np.ascontiguousarray(_at_most(detail, SNAP_SIZE))
         self.detail_stats = texture_stats.statistics(self.detail)
         self.snaps: dict = {}
         self.target_stats = texture_stats.statistics(self.target)
         self.hints = Hints(self.target)
         # Screening only ranks starting points: a small copy of the target is enough.
-        h, w = self.target.shape[:2]
-        f = min(1.0, SCREEN_SIZE / max(h, w))
-        self.screen_target = self.target if f == 1.0 else downsample_area(
-            self.target, max(8, round(w * f)), max(8, round(h * f)))
+        self.screen_target = _at_most(self.target, SCREEN_SIZE)
+        self.solve_target, self.solve_detail = (_at_most(image, PROJECT_SIZE) for image in (self.target, self.detail))
         self.builtin, self.command = builtin, command
         self.rng = np.random.default_rng(seed)
         self.seed = seed
@@ -341,6 +350,7 @@ class Search:
         """Fits ``programs`` (restarts each, one batch); ``detail`` fits at the detail
         size instead (the final refinement, so parameters are exact at full size)."""
         target, stats = (self.detail, self.detail_stats) if detail else (self.target, self.target_stats)
+        solve_at = self.solve_detail if detail else self.solve_target
         structures = [p.structure() for p, _ in programs]
         fit = FitConfig(**{**fit.__dict__, "seed": (self.seed * 1000003 + generation) & 0xFFFFFFFF})
         restarts = self.config.restarts
@@ -365,10 +375,10 @@ class Search:
         starts = [(s, v) for s, v in first.items()]
         # (Colours only: stop positions searched at the fit size can squeeze a ramp into an
         # anti-aliased edge, sharper there and blurred at full size.)
-        solved, _ = self._project(target, structures, starts, min_explained=PROJECT_BEFORE_FIT, search=False)
+        solved, _ = self._project(solve_at, structures, starts, min_explained=PROJECT_BEFORE_FIT, search=False)
         jobs = list(jobs) + [j for j, (_, v) in zip(solved, starts) if not np.array_equal(j[1], v)]
-        results = self._better_ramps(target, stats, structures, fit_jobs(self.device, target, stats, structures,
-                                                                        jobs, fit), fit)
+        results = self._better_ramps(target, stats, solve_at, structures,
+                                     fit_jobs(self.device, target, stats, structures, jobs, fit), fit)
         best: dict[int, Candidate] = {}
         for r in results:
             program, origin = programs[r.structure]
@@ -409,15 +419,16 @@ class Search:
                 mses[i] = mse
         return out, mses
 
-    def _better_ramps(self, target: np.ndarray, stats: np.ndarray, structures: Sequence[Node],
-                      results: Sequence[JobResult], fit: FitConfig) -> list[JobResult]:
-        """Each fitted job, or the same with its root ramp solved (_project) where that
-        lowers the image loss (pixel and texture terms: the solve sees only pixels). A
+    def _better_ramps(self, target: np.ndarray, stats: np.ndarray, solve_at: np.ndarray,
+                      structures: Sequence[Node], results: Sequence[JobResult], fit: FitConfig) -> list[JobResult]:
+        """Each job fitted to ``target``, or the same with its root ramp solved (_project,
+        against ``solve_at``, a small copy of it) where that lowers the image loss at the
+        detail size (pixel and texture terms: the solve sees only pixels). A
         phase decides where a sawtooth's jump or a wave's crest falls, which a fit cannot
         carry across the period (nor, at a point-sampled jump, move at all): each phase is
         also scanned, coarse to fine (PHASE_SCAN), each value with its ramp solved."""
         best = [(r.structure, np.array(r.params, np.float64)) for r in results]
-        best, mses = self._project(target, structures, best)
+        best, mses = self._project(solve_at, structures, best)
         # Phases are scanned for each structure's best job alone: its restarts differ in
         # where they started, not in what a scan can find (and a scan is most of the
         # search's host work: three rounds of 16 trials, each rendered and solved).
@@ -443,14 +454,14 @@ class Search:
             # The first (coarse) round searches each trial's stop positions too (a phase moves
             # what a stop's position means); later rounds keep them (colours solved) and the
             # winners' are searched after.
-            projected, trial_mses = self._project(target, structures, trials, search=step == PHASE_SCAN[0][1])
+            projected, trial_mses = self._project(solve_at, structures, trials, search=step == PHASE_SCAN[0][1])
             for t, i in enumerate(owner):
                 if trial_mses[t] < mses[i]:
                     best[i], mses[i] = projected[t], trial_mses[t]
                     moved.add(i)
         if moved:
             order = sorted(moved)
-            again, _ = self._project(target, structures, [best[i] for i in order])
+            again, _ = self._project(solve_at, structures, [best[i] for i in order])
             for i, job in zip(order, again):
                 best[i] = job
         changed = [i for i, r in enumerate(results) if not np.array_equal(r.params, best[i][1])]
