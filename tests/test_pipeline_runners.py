@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from pipeline_helpers import BASIC_TOML, make_project, tree_snapshot
 
+from bakery.errors import UsageError
 from bakery.pipeline.cache import Cache
 from bakery.pipeline.cli import bake_cmd
 from bakery.pipeline.worker import write_tree
@@ -232,6 +233,32 @@ def test_dispatch_runs_independent_tasks_at_once_and_follows_the_dag(tmp_path, m
     assert backend.submitted[2] == ("blur/photos/c", ["blur/photos/a", "blur/photos/b", "blur/photos/c"])
     assert [e.kind for e in events if e.task.startswith("summary")] == ["skipped"] * 3
     assert backend.closed is False
+
+
+def test_critical_path_first_starts_the_longest_chain_of_builds_first():
+    from bakery.pipeline.dag import critical_path_first
+
+    deps = {"short": [], "head": [], "tail": ["head"], "long": [], "tie": []}
+    cost = {"short": 1.0, "head": 2.0, "tail": 9.0, "long": 10.0, "tie": 10.0}.__getitem__
+    # head leads to tail: its chain is 11, longer than long's 10 alone; long and tie tie, in declaration order
+    assert critical_path_first(deps, cost) == ["head", "long", "tie", "tail", "short"]
+    with pytest.raises(UsageError, match="cycle"):
+        critical_path_first({"a": ["b"], "b": ["a"]}, cost)
+
+
+def test_dispatch_hands_out_the_slowest_recorded_tasks_first(tmp_path, monkeypatch):
+    """A worker freed late on a slow task sets a bake's wall time: the slowest task by its
+    last build goes first, one never built goes by its stage's recorded mean."""
+    from bakery.pipeline.dispatch import DagRunner
+
+    specs = _specs(tmp_path, monkeypatch)
+    cache = Cache(tmp_path / "cache")
+    cache.write_record("blur", "photos/a", "old-key", {}, build_seconds=5.0)
+    cache.write_record("blur", "photos/b", "old-key", {}, build_seconds=50.0)
+    backend = FakeBackend(slots=1)
+    list(DagRunner(cache, backend, logging.getLogger("t")).run(specs))
+    # b (50 s) before c (never built: the stage's mean, 27.5 s) before a (5 s)
+    assert [task for task, _ in backend.submitted] == ["blur/photos/b", "blur/photos/c", "blur/photos/a"]
 
 
 def test_dispatch_cancels_the_backend_when_the_bake_is_interrupted(tmp_path, monkeypatch):

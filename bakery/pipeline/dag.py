@@ -4,7 +4,7 @@ use them without importing each other."""
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from bakery.errors import UsageError
 
@@ -53,3 +53,32 @@ def stage_order(deps: Mapping[str, Sequence[str]]) -> list[str]:
         if not progressed:
             raise UsageError("dependency cycle: " + " -> ".join(find_cycle(deps) or pending))
     return done
+
+
+def critical_path_first(deps: Mapping[str, Sequence[str]], cost: Callable[[str], float]) -> list[str]:
+    """The nodes by the longest chain of ``cost`` they start, longest first (ties in
+    declaration order): a scheduler that hands out ready nodes in this order starts the
+    long chains early, so a slow task started last does not set the wall time. Each
+    node's chain is its own cost plus the longest among the nodes that depend on it;
+    dependencies outside ``deps`` are ignored."""
+    dependants: dict[str, list[str]] = {n: [] for n in deps}
+    for n, ds in deps.items():
+        for d in ds:
+            if d in dependants:
+                dependants[d].append(n)
+    # Kahn's order from the sinks up: a node's chain once all its dependants' are known.
+    left = {n: len(dependants[n]) for n in deps}
+    ready = [n for n in deps if not left[n]]
+    chain: dict[str, float] = {}
+    while ready:
+        n = ready.pop()
+        chain[n] = cost(n) + max((chain[m] for m in dependants[n]), default=0.0)
+        for d in deps[n]:
+            if d in left:
+                left[d] -= 1
+                if not left[d]:
+                    ready.append(d)
+    if len(chain) < len(deps):
+        raise UsageError("dependency cycle: " + " -> ".join(find_cycle(deps) or []))
+    position = {n: i for i, n in enumerate(deps)}
+    return sorted(deps, key=lambda n: (-chain[n], position[n]))

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
-from bakery.errors import DeviceError
+from bakery.errors import DeviceError, UsageError
 from bakery.pipeline.cache import Cache
+from bakery.pipeline.dag import critical_path_first
 from bakery.pipeline.runner import Event, decide
 from bakery.pipeline.spec import TaskSpec
 from bakery.pipeline.worker import Attempt, DevicePool, build_captured, read_tree, write_tree
@@ -54,6 +55,44 @@ class Backend(Protocol):
     def wait(self) -> list[tuple[Job, Attempt | BaseException]]: ...
 
     def close(self, *, cancel: bool) -> None: ...
+
+
+def expected_seconds(specs: Sequence[TaskSpec], cache: Cache) -> dict[str, float]:
+    """How long each task is expected to build: its last build's seconds (the cache's
+    record of the stage and asset, whatever key it had), else the mean of its stage's
+    recorded tasks, else its stage type's ``typical_seconds``."""
+    from bakery.stages import get_stage
+
+    recorded: dict[str, float] = {}
+    for spec in specs:
+        seconds = (cache.read_record(spec.stage, spec.asset) or {}).get("build_seconds")
+        if isinstance(seconds, (int, float)):
+            recorded[spec.id] = float(seconds)
+    by_stage: dict[str, list[float]] = {}
+    for spec in specs:
+        if spec.id in recorded:
+            by_stage.setdefault(spec.stage, []).append(recorded[spec.id])
+    out = {}
+    for spec in specs:
+        if spec.id in recorded:
+            out[spec.id] = recorded[spec.id]
+        elif spec.stage in by_stage:
+            out[spec.id] = sum(by_stage[spec.stage]) / len(by_stage[spec.stage])
+        else:
+            try:
+                out[spec.id] = float(get_stage(spec.stage_type).typical_seconds)
+            except UsageError:  # planned with a plugin this process has not loaded
+                out[spec.id] = 0.0
+    return out
+
+
+def longest_chains_first(specs: Sequence[TaskSpec], cache: Cache) -> list[TaskSpec]:
+    """``specs`` in the order a runner with several workers hands them out: the longest
+    expected chain of builds first (dag.critical_path_first), so the bake's wall time is
+    not a slow task started last while the short ones kept the workers busy."""
+    seconds = expected_seconds(specs, cache)
+    by_id = {s.id: s for s in specs}
+    return [by_id[i] for i in critical_path_first({s.id: list(s.deps) for s in specs}, seconds.__getitem__)]
 
 
 def pack(spec: TaskSpec, cache: Cache, *, ship_files: bool, replace: bool) -> dict:
@@ -108,7 +147,7 @@ class DagRunner:
             ) -> Iterator[Event]:
         ids = {s.id for s in specs}
         state: dict[str, str] = {}
-        waiting = list(specs)
+        waiting = longest_chains_first(specs, self.cache)
         running = 0
         builds: dict[str, str] = {}  # task id -> why it builds, decided once
         finished = False

@@ -110,6 +110,11 @@ class Stage:
     #: and ``require`` validation; ``"psnr_db.*"`` covers nested ones (``{}`` is the rest).
     metric_docs: ClassVar[Mapping[str, tuple[str, str]]] = {}
 
+    #: Roughly how many seconds one task takes on a GPU at production quality: orders a
+    #: first bake's tasks, longest first, where several run at once (later bakes go by
+    #: the cache's record of each task's last build; bakery.pipeline.dispatch).
+    typical_seconds: ClassVar[float] = 10.0
+
     #: What ``auto`` means for this stage, per device class and quality (None: no
     #: automatic parameters, and no ``resolved_params`` in the manifest).
     presets: ClassVar[Presets | None] = None

@@ -85,6 +85,7 @@ def make_optimizer(spec: FitSpec):
 @register
 class Fit(Stage):
     type_name = "fit"
+    typical_seconds = 8.0  # a sample asset's task on an H200 (bench/rebake.py --fresh)
     version = "1"
     description = "recover the inputs of a differentiable Slang shader from a reference image"
     input_roles = ("fit",)

@@ -48,6 +48,7 @@ BASELINES = ("box", "toksvig", "vmf")
 @register
 class Mipmap(Stage):
     type_name = "mipmap"
+    typical_seconds = 10.0  # a sample asset's task on an H200 (bench/rebake.py --fresh)
     version = "2"
     description = "train normal/roughness mip chains that shade like the full-resolution map"
     input_roles = ("normal", "roughness", "albedo", "metalness", "ao")

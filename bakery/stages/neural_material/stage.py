@@ -99,6 +99,7 @@ def parse_color(text: str) -> tuple[float, float, float]:
 @register
 class NeuralMaterial(Stage):
     type_name = "neural_material"
+    typical_seconds = 40.0  # a sample asset's task on an H200 (bench/rebake.py --fresh)
     version = "2"
     description = "distil a layered material (GGX + clear coat + sheen) into latent textures + a decoder MLP"
     input_roles = tuple(ROLES)

@@ -49,6 +49,7 @@ PRESETS = Presets({
 @register
 class NeuralTexture(Stage):
     type_name = "neural_texture"
+    typical_seconds = 10.0  # a sample asset's task on an H200 (bench/rebake.py --fresh)
     version = "1"
     description = "fit a UV -> colour MLP to one texture"
     input_roles = ("image",)

@@ -90,6 +90,7 @@ def _weight_params():
 @register
 class NeuralTextureCompression(Stage):
     type_name = "ntc"
+    typical_seconds = 25.0  # a sample asset's task on an H200 (bench/rebake.py --fresh)
     version = "4"
     description = "compress a material's texture set (with mips) into latent textures + a decoder MLP"
     input_roles = tuple(ROLES)

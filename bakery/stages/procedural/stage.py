@@ -105,6 +105,7 @@ class DeviceSplit:
 @register
 class Procedural(Stage):
     type_name = "procedural"
+    typical_seconds = 35.0  # a sample asset's task on an H200 (bench/rebake.py --fresh)
     version = "6"
     description = "find a compact procedural shader program that draws the texture"
     input_roles = ("image",)
