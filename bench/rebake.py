@@ -42,7 +42,8 @@ BAKE = "from bakery.pipeline.cli import bake_cmd; bake_cmd()"
 
 
 #: One cached re-bake in a fresh process, timed phase by phase: what `bakery bake` imports,
-#: loading the pipeline, every stage's code fingerprint, the device probe (adapters listed,
+#: loading the pipeline, every stage's code fingerprint (through the cache's memo, as a bake
+#: reads them), the device probe (adapters listed,
 #: toolchain read: what planning needs of the device), then the bake itself (planning again
 #: from those, cache checks, report). Prints JSON: seconds per phase, build-only modules loaded.
 PHASES = """
@@ -54,9 +55,9 @@ from pathlib import Path
 from bakery.pipeline.config import load_pipeline
 pipe = load_pipeline(Path(sys.argv[1]))
 t.append(time.perf_counter())
-from bakery.pipeline.fingerprint import stage_fingerprint
+from bakery.pipeline.fingerprint import FINGERPRINT_MEMO, stage_fingerprint
 for stage in pipe.stages.values():
-    stage_fingerprint(stage.stage_cls)
+    stage_fingerprint(stage.stage_cls, pipe.cache / FINGERPRINT_MEMO)
 t.append(time.perf_counter())
 from bakery.device import probe_device_class, probe_toolchain
 probe_toolchain(pipe.device) if probe_device_class(pipe.device) else None

@@ -97,6 +97,41 @@ def test_touching_the_orchestration_keeps_the_key(tmp_path):
     assert fingerprint_of(copy / "stages" / "ntc", copy) == before
 
 
+@pytest.mark.parametrize("change", ["edit an included file", "add a file to the stage's folder", "damage the memo"])
+def test_a_fingerprint_memo_is_taken_only_while_its_files_are_as_they_were(tmp_path, change):
+    copy = tmp_path / "bakery"
+    shutil.copytree(package_root(), copy, ignore=shutil.ignore_patterns("__pycache__"))
+    start, memo = copy / "stages" / "ntc", tmp_path / "memo.json"
+    first = fingerprint_of(start, copy, memo)
+    assert first == fingerprint_of(start, copy) and memo.is_file()
+    kept = json.loads(memo.read_text())
+    (entry,) = kept.values()
+    assert str((copy / "nn" / "adam_math.slang").resolve()) in entry["files"]
+    entry["digest"] = "taken from the memo"       # a valid entry is answered without hashing
+    memo.write_text(json.dumps(kept))
+    assert fingerprint_of(start, copy, memo) == "taken from the memo"
+    if change == "edit an included file":
+        with open(copy / "nn" / "adam_math.slang", "a") as f:
+            f.write("\n// touched\n")
+    elif change == "add a file to the stage's folder":
+        (start / "extra.py").write_text("X = 1\n")
+    else:
+        memo.write_text("{not json")
+    again = fingerprint_of(start, copy, memo)
+    assert again == fingerprint_of(start, copy) != "taken from the memo"
+    assert (again != first) == (change != "damage the memo")
+
+
+def test_a_fingerprint_memo_that_is_a_link_is_not_read_and_its_target_is_not_written(tmp_path):
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(json.dumps({"forged": {"digest": "x"}}))
+    memo = tmp_path / "memo.json"
+    memo.symlink_to(elsewhere)
+    start = package_root() / "stages" / "mipmap"
+    assert fingerprint_of(start, package_root(), memo) == fingerprint_of(start, package_root())
+    assert json.loads(elsewhere.read_text()) == {"forged": {"digest": "x"}}
+
+
 # -- the planner -----------------------------------------------------------------------
 def test_specs_are_plain_data_that_survive_json(project):
     specs = plan(load_pipeline(project / "pipeline.toml"))

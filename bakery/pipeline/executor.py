@@ -20,6 +20,7 @@ from typing import Sequence
 from bakery.errors import UsageError, did_you_mean
 from bakery.pipeline.cache import Cache, output_matches
 from bakery.pipeline.config import Pipeline, display_path
+from bakery.pipeline.fingerprint import FINGERPRINT_MEMO
 from bakery.pipeline.gates import first_failure
 from bakery.pipeline.graph import build_tasks, source_files
 from bakery.pipeline.html_report import HTML_REPORT_NAME, task_dirs, write_html_report
@@ -105,12 +106,17 @@ class Executor:
         self.runner = None
         self._all_specs: list[TaskSpec] = []  # tasks outside this bake whose bundles the report shows
 
+    @property
+    def _fingerprint_memo(self) -> Path:
+        return self.cache.root / FINGERPRINT_MEMO
+
     def forced(self, spec: TaskSpec) -> bool:
         return self.force_all or spec.stage in self.force
 
     def plan(self) -> list[TaskSpec]:
         o = self.opts
-        return plan(self.pipe, PlanOptions(only=o.only, assets=o.assets, changed=o.changed, device=o.device))
+        return plan(self.pipe, PlanOptions(only=o.only, assets=o.assets, changed=o.changed, device=o.device,
+                                           fingerprint_memo=self._fingerprint_memo))
 
     # -- running ------------------------------------------------------------------
     def run(self) -> BakeReport:
@@ -158,7 +164,7 @@ class Executor:
         bundles in out/; the report lists them too, so it says what out/ holds, not what
         the last command did. In pipeline order; their bundles are not rebuilt or checked."""
         ran = {s.id for s in specs}
-        every = plan(self.pipe, PlanOptions(device=self.opts.device))
+        every = plan(self.pipe, PlanOptions(device=self.opts.device, fingerprint_memo=self._fingerprint_memo))
         done = {(o.stage, o.asset): o for o in report.tasks}
         tasks = []
         for s in every:

@@ -6,6 +6,12 @@ Slang, to a closure; the fingerprint hashes the text of all of it. No list is ke
 hand, so editing any included Slang file or any Python that generates Slang rebuilds
 exactly the bakes it feeds. The orchestration (``bakery.pipeline``, the CLI) is left
 out: it places outputs but never shapes them.
+
+Parsing every module's imports is most of a cached re-bake's planning, so a fingerprint can
+be kept in a memo file beside the cache with the ``stat`` of every file it read: a later
+process takes it while each of those files and the listing of the stage's own folder are
+as they were (size, mtime, ctime and inode: writing a file moves its ctime, which no tool
+sets back) and hashes again otherwise.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -23,6 +31,8 @@ PACKAGE = "bakery"
 _NOT_CODE = ("bakery.pipeline", "bakery.cli", "bakery.__main__")
 #: Every stage writes through the bundle writer, so its code shapes every bundle.
 _ALWAYS = ("formats/bundle.py",)
+#: The memo's name in a pipeline's cache folder.
+FINGERPRINT_MEMO = "code-fingerprints.json"
 _SLANG_INCLUDE = re.compile(r'#include\s+"([^"]+)"')
 _SLANG_IMPORT = re.compile(r"^\s*(?:__include|import)\s+([A-Za-z_][\w.]*)\s*;", re.M)
 
@@ -99,16 +109,19 @@ def _slang_references(text: str, path: Path, root: Path) -> list[Path]:
 def code_closure(start: Path, root: Path | None = None) -> list[Path]:
     """Every Python and Slang file below ``root`` that ``start`` (a folder or a file)
     reaches through imports and includes, sorted."""
-    root = (root or package_root()).resolve()
-    start = start.resolve()
+    return sorted(_closure(start.resolve(), (root or package_root()).resolve()))
+
+
+def _closure(start: Path, root: Path) -> dict[Path, list[int]]:
+    """code_closure's files, each with its signature taken before it was read."""
     todo = sorted(start.rglob("*.py")) + sorted(start.rglob("*.slang")) if start.is_dir() else [start]
     todo += [root / p for p in _ALWAYS]
-    seen: set[Path] = set()
+    seen: dict[Path, list[int]] = {}
     while todo:
         path = todo.pop()
         if path in seen or not path.is_file():
             continue
-        seen.add(path)
+        seen[path] = _signature(path)
         text = path.read_text(encoding="utf-8", errors="replace")
         todo += _slang_references(text, path, root)
         if path.suffix == ".py" and root in path.parents:
@@ -118,7 +131,22 @@ def code_closure(start: Path, root: Path | None = None) -> list[Path]:
                 f = _module_file(mod, root)
                 if f is not None:
                     todo.append(f.resolve())
-    return sorted(seen)
+    return seen
+
+
+def _signature(path: Path) -> list[int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def _listing(start: Path) -> list[str]:
+    """The code files of a stage's folder by name: a new one joins the closure unimported."""
+    if not start.is_dir():
+        return [start.name]
+    return sorted(p.relative_to(start).as_posix() for pattern in ("*.py", "*.slang") for p in start.rglob(pattern))
 
 
 def _digest(files: list[Path], root: Path) -> str:
@@ -144,12 +172,48 @@ def stage_start(stage_cls: type) -> Path:
 
 
 @functools.lru_cache(maxsize=None)
-def stage_fingerprint(stage_cls: type) -> str:
-    """sha256 over the text of every file in the stage's code closure (once per process)."""
-    root = package_root().resolve()
-    return _digest(code_closure(stage_start(stage_cls), root), root)
+def stage_fingerprint(stage_cls: type, memo: Path | None = None) -> str:
+    """sha256 over the text of every file in the stage's code closure (once per process;
+    with ``memo``, a file kept between processes: see the module's docstring)."""
+    return fingerprint_of(stage_start(stage_cls), package_root(), memo)
 
 
-def fingerprint_of(start: Path, root: Path) -> str:
-    """The same digest for an arbitrary tree (tests change a file in a copy)."""
-    return _digest(code_closure(start, root), root.resolve())
+def fingerprint_of(start: Path, root: Path, memo: Path | None = None) -> str:
+    """The digest of ``start``'s code closure below ``root`` (a stage's, or any tree: tests
+    change a file in a copy), looked up in ``memo`` first where given."""
+    start, root = start.resolve(), root.resolve()
+    entry_name = f"{root}|{start}"
+    entries = _read_memo(memo) if memo is not None else {}
+    entry = entries.get(entry_name)
+    listing = _listing(start)
+    if (isinstance(entry, dict) and entry.get("listing") == listing and isinstance(entry.get("files"), dict)
+            and entry["files"] and all(_signature(Path(f)) == sig for f, sig in entry["files"].items())
+            and isinstance(entry.get("digest"), str)):
+        return entry["digest"]
+    files = _closure(start, root)
+    digest = _digest(sorted(files), root)
+    if memo is not None and all(sig is not None and _signature(f) == sig for f, sig in files.items()):
+        # kept only if no file changed while it was read and hashed
+        entries[entry_name] = {"digest": digest, "listing": listing, "files": {str(f): sig for f, sig in files.items()}}
+        _write_memo(memo, entries)
+    return digest
+
+
+def _read_memo(memo: Path) -> dict:
+    from bakery.safe_files import read_regular
+
+    try:
+        entries = json.loads(read_regular(memo, limit=16 << 20))
+    except (OSError, ValueError):  # none yet, a link, damaged: hashed again
+        return {}
+    return entries if isinstance(entries, dict) else {}
+
+
+def _write_memo(memo: Path, entries: dict) -> None:
+    from bakery.formats.publish import write_atomic
+
+    try:
+        if memo.parent.is_dir():
+            write_atomic(memo, json.dumps(entries, sort_keys=True).encode())
+    except OSError:
+        pass  # the memo only saves time

@@ -27,6 +27,7 @@ class PlanOptions:
     assets: Sequence[str] = ()           # fnmatch globs over asset names
     changed: Sequence[Path] | None = None
     device: str | None = None            # overrides [project] device
+    fingerprint_memo: Path | None = None  # stage fingerprints kept between processes (fingerprint.py)
 
 
 class _DeviceClass:
@@ -64,7 +65,7 @@ def plan(pipe: Pipeline, opts: PlanOptions | None = None) -> list[TaskSpec]:
     device_class = _DeviceClass(kind)
     planned: dict[str, TaskSpec] = {}
     for t in tasks:
-        planned[t.id] = _plan_one(pipe, t, planned, kind, device_class)
+        planned[t.id] = _plan_one(pipe, t, planned, kind, device_class, opts.fingerprint_memo)
     return list(planned.values())
 
 
@@ -73,7 +74,7 @@ def _source_hashes(spec: TaskSpec) -> dict[str, str]:
 
 
 def _plan_one(pipe: Pipeline, t: Task, planned: dict[str, TaskSpec], kind: str,
-              device_class: _DeviceClass) -> TaskSpec:
+              device_class: _DeviceClass, fingerprint_memo: Path | None = None) -> TaskSpec:
     cls = t.stage.stage_cls
     dclass = device_class.get() if cls.uses_device else None
     error = ""
@@ -109,6 +110,6 @@ def _plan_one(pipe: Pipeline, t: Task, planned: dict[str, TaskSpec], kind: str,
     parts = key_parts(stage_type=cls.type_name, stage_version=str(cls.version), asset=t.asset,
                       params=dict(settings.values), given=dict(settings.given), seed=t.stage.seed,
                       inputs=file_hashes, upstream={i.upstream: i.upstream_key for i in inputs if i.upstream},
-                      code=stage_fingerprint(cls), device_class=dclass, toolchain=toolchain)
+                      code=stage_fingerprint(cls, fingerprint_memo), device_class=dclass, toolchain=toolchain)
     return TaskSpec(**common, inputs=tuple(inputs), key=key_of(parts), parts=parts, device_class=dclass,
                     toolchain=toolchain)
