@@ -254,11 +254,20 @@ def test_the_report_shows_what_the_browser_computed(viewer, out, tmp_path):
     (shots / "mips" / "bricks" / "view.png").symlink_to(shots / "viewer.png")
     tasks = [TaskOutcome(*b.id.split("/"), "built", key=f"key-{i}", stage_type=b.manifest["stage"]["type"])
              for i, b in enumerate(app.bundles)]
-    for _ in range(2):   # drawn, then from the section memo (the snapshot row is never memoised)
-        report = write_html_report(BakeReport("pipeline.toml", "out", tasks=tasks),
-                                   {b.id: mine / b.id for b in app.bundles}, mine / "report.html", memo=tmp_path / "memo")
-    assert len(list((tmp_path / "memo").iterdir())) == len(tasks)
-    page_html = report.read_text()
+    def page() -> str:
+        return write_html_report(BakeReport("pipeline.toml", "out", tasks=tasks), {b.id: mine / b.id for b in app.bundles},
+                                 mine / "report.html", memo=tmp_path / "memo").read_text()
+
+    first = page()   # drawn, then from the memo: sections by key, snapshot figures by their bytes
+    assert page() == first
+    memos = [p.name for p in (tmp_path / "memo").iterdir()]
+    assert len([n for n in memos if not n.startswith("snapshot-")]) == len(tasks)
+    assert any(n.startswith("snapshot-") for n in memos)
+    # a snapshot taken again (same names, other pixels) shows the new pixels, not the memo's
+    view = shots / "neural_material" / "bricks" / "view.png"
+    view.write_bytes((shots / "compress" / "bricks" / "albedo.png").read_bytes())
+    page_html = page()
+    assert page_html != first
     sections = {t.stage: page_html.split(f"id='{task_anchor(t)}'")[1].split("</section>")[0] for t in tasks}
     for stage in ("compress", "compress_bc", "neural_material"):
         for name in ["view.png"] + (["albedo.png", "normal.png", "roughness.png"] if "compress" in stage else []):

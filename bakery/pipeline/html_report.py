@@ -10,6 +10,7 @@ or attached to a CI run as one file; a click opens an image full size.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -122,7 +123,7 @@ def _task_section(o: TaskOutcome, bundle: Path | None, inputs: dict, memo: Path 
     if bundle is None or not (Path(bundle) / "manifest.json").is_file() or o.status == "skipped":
         return head + ("<p>no bundle in out/ for this task.</p>" if not o.error else "") + "</section>"
     memo_file = memo / f"{o.key}-{_memo_salt(root)}.html" if memo is not None and o.key else None
-    browser = _browser_row(Path(bundle), root)   # never memoised: a snapshot changes without the key
+    browser = _browser_row(Path(bundle), root, memo)   # by the images' bytes: a snapshot changes without the key
     if memo_file is not None and memo_file.is_file():
         return head + memo_file.read_text(encoding="utf-8") + browser + "</section>"
     body = _bundle_body(o, Path(bundle), inputs, root)
@@ -136,11 +137,11 @@ def _task_section(o: TaskOutcome, bundle: Path | None, inputs: dict, memo: Path 
     return head + body + browser + "</section>"
 
 
-def _browser_row(bundle: Path, root: Path | None) -> str:
+def _browser_row(bundle: Path, root: Path | None, memo: Path | None = None) -> str:
     """What the last ``bakery view OUT --snapshot DIR`` computed for this bundle in the
     browser (mip-0 decodes and its view; the other mips are in DIR): the PNGs DIR's index
-    lists, regular files only, read through no link."""
-    from bakery.reporting import figure
+    lists, regular files only, read through no link. Each image's figure is kept in
+    ``memo`` by a digest of its bytes, caption and link, so a re-bake decodes none again."""
     from bakery.view.snapshot import browser_snapshot
 
     if root is None:
@@ -153,8 +154,9 @@ def _browser_row(bundle: Path, root: Path | None) -> str:
             return ("<p class='snapshot'>the browser snapshot in out/ is of an earlier bundle; "
                     "run <code>bakery view OUT --snapshot DIR</code> again to see this one.</p>")
         shown = [p for p in snap.images if "_mip" not in p.stem]
-        cells = [figure(snap.read(p), f"in the browser: {p.name}",
-                        full=Path(os.path.relpath(p.resolve(), Path(root).resolve())).as_posix()) for p in shown]
+        cells = [_snapshot_figure(snap, p, f"in the browser: {p.name}",
+                                  Path(os.path.relpath(p.resolve(), Path(root).resolve())).as_posix(), memo)
+                 for p in shown]
         more = len(snap.images) - len(shown)
         note = f" ({more} more mip levels in the snapshot folder)" if more else ""
         return (f"<h3>in the browser (<code>bakery view --snapshot</code>){e(note)}</h3>"
@@ -162,6 +164,25 @@ def _browser_row(bundle: Path, root: Path | None) -> str:
     except Exception as ex:  # noqa: BLE001 - a damaged snapshot costs its row, never the page
         logging.getLogger("bakery.bake").warning("report.html: browser snapshot of %s: %s", bundle, ex)
         return ""
+
+
+def _snapshot_figure(snap, path: Path, caption: str, full: str, memo: Path | None) -> str:
+    from bakery.formats.publish import write_atomic
+    from bakery.reporting import figure
+
+    data = snap.read_bytes(path)
+    h = hashlib.sha256(data)
+    h.update(f"\0{caption}\0{full}\0{_memo_salt(None)}".encode())
+    memo_file = memo / f"snapshot-{h.hexdigest()}.html" if memo is not None else None
+    if memo_file is not None and memo_file.is_file() and not memo_file.is_symlink():
+        return memo_file.read_text(encoding="utf-8")
+    cell = figure(snap.decode(path, data), caption, full=full)
+    if memo_file is not None:
+        try:
+            write_atomic(memo_file, cell.encode())
+        except OSError:
+            pass  # the memo only saves time
+    return cell
 
 
 def _bundle_body(o: TaskOutcome, bundle: Path, inputs: dict, root: Path | None) -> str:
@@ -189,6 +210,7 @@ def _stage_of(o: TaskOutcome, manifest: dict | None = None):
         return Stage
 
 
+@functools.lru_cache(maxsize=None)
 def _memo_salt(root: Path | None) -> str:
     """Sections depend on the drawing code and on where the page sits (relative links)."""
     import bakery.reporting

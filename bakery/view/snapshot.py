@@ -226,14 +226,23 @@ class BrowserSnapshot:
     def read(self, path: Path) -> np.ndarray:
         """One of ``images`` as float [H, W, C]: a regular file reached through no link
         below DIR (bakery.safe_files), at most MAX_SIDE a side."""
+        return self.decode(path, self.read_bytes(path))
+
+    def read_bytes(self, path: Path) -> bytes:
+        """One of ``images``' bytes, read as :meth:`read` reads them."""
+        from bakery.safe_files import read_regular
+
+        return read_regular(path, beneath=self.root)
+
+    @staticmethod
+    def decode(path: Path, data: bytes) -> np.ndarray:
         import io
 
         from PIL import Image
 
         from bakery.formats.images import MAX_SIDE
-        from bakery.safe_files import read_regular
 
-        with Image.open(io.BytesIO(read_regular(path, beneath=self.root))) as im:
+        with Image.open(io.BytesIO(data)) as im:
             if max(im.size) > MAX_SIDE:
                 raise ValueError(f"{path}: {im.width}x{im.height} is larger than bakery reads")
             return np.asarray(im.convert("RGB"), np.float32) / 255.0
