@@ -20,6 +20,7 @@ from bakery.pipeline.cache import Cache
 from bakery.pipeline.cli import bake_cmd
 from bakery.pipeline.config import load_pipeline
 from bakery.pipeline.fingerprint import code_closure, fingerprint_of, package_root, stage_start
+from bakery.pipeline.ownership import claim_dir
 from bakery.pipeline.planner import plan
 from bakery.pipeline.runner import LocalRunner
 from bakery.pipeline.spec import TaskSpec
@@ -101,7 +102,7 @@ def test_touching_the_orchestration_keeps_the_key(tmp_path):
 def test_a_fingerprint_memo_is_taken_only_while_its_files_are_as_they_were(tmp_path, change):
     copy = tmp_path / "bakery"
     shutil.copytree(package_root(), copy, ignore=shutil.ignore_patterns("__pycache__"))
-    start, memo = copy / "stages" / "ntc", tmp_path / "memo.json"
+    start, memo = copy / "stages" / "ntc", claim_dir(tmp_path / "records", tmp_path) / "memo.json"
     first = fingerprint_of(start, copy, memo)
     assert first == fingerprint_of(start, copy) and memo.is_file()
     kept = json.loads(memo.read_text())
@@ -122,12 +123,16 @@ def test_a_fingerprint_memo_is_taken_only_while_its_files_are_as_they_were(tmp_p
     assert (again != first) == (change != "damage the memo")
 
 
-def test_a_fingerprint_memo_that_is_a_link_is_not_read_and_its_target_is_not_written(tmp_path):
+def test_a_fingerprint_memo_is_written_only_into_a_folder_bakery_owns_and_never_through_a_link(tmp_path):
+    start = package_root() / "stages" / "mipmap"
+    persons = tmp_path / "persons"
+    persons.mkdir()
+    assert fingerprint_of(start, package_root(), persons / "memo.json") == fingerprint_of(start, package_root())
+    assert list(persons.iterdir()) == []          # a folder bakery did not make gets no memo
     elsewhere = tmp_path / "elsewhere.json"
     elsewhere.write_text(json.dumps({"forged": {"digest": "x"}}))
-    memo = tmp_path / "memo.json"
+    memo = claim_dir(tmp_path / "records", tmp_path) / "memo.json"
     memo.symlink_to(elsewhere)
-    start = package_root() / "stages" / "mipmap"
     assert fingerprint_of(start, package_root(), memo) == fingerprint_of(start, package_root())
     assert json.loads(elsewhere.read_text()) == {"forged": {"digest": "x"}}
 

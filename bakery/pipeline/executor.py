@@ -107,8 +107,9 @@ class Executor:
         self._all_specs: list[TaskSpec] = []  # tasks outside this bake whose bundles the report shows
 
     @property
-    def _fingerprint_memo(self) -> Path:
-        return self.cache.root / FINGERPRINT_MEMO
+    def _fingerprint_memo(self) -> Path | None:
+        """Where planning keeps code fingerprints between bakes; a dry run writes nothing."""
+        return None if self.opts.dry_run else self.cache.root / FINGERPRINT_MEMO
 
     def forced(self, spec: TaskSpec) -> bool:
         return self.force_all or spec.stage in self.force

@@ -8,7 +8,7 @@ exactly the bakes it feeds. The orchestration (``bakery.pipeline``, the CLI) is 
 out: it places outputs but never shapes them.
 
 Parsing every module's imports is most of a cached re-bake's planning, so a fingerprint can
-be kept in a memo file beside the cache with the ``stat`` of every file it read: a later
+be kept in a memo file in a cache folder bakery owns, with the ``stat`` of every file it read: a later
 process takes it while each of those files and the listing of the stage's own folder are
 as they were (size, mtime, ctime and inode: writing a file moves its ctime, which no tool
 sets back) and hashes again otherwise.
@@ -31,8 +31,8 @@ PACKAGE = "bakery"
 _NOT_CODE = ("bakery.pipeline", "bakery.cli", "bakery.__main__")
 #: Every stage writes through the bundle writer, so its code shapes every bundle.
 _ALWAYS = ("formats/bundle.py",)
-#: The memo's name in a pipeline's cache folder.
-FINGERPRINT_MEMO = "code-fingerprints.json"
+#: The memo's place in a pipeline's cache folder: beside the tasks' records of their keys.
+FINGERPRINT_MEMO = Path("records") / "code-fingerprints.json"
 _SLANG_INCLUDE = re.compile(r'#include\s+"([^"]+)"')
 _SLANG_IMPORT = re.compile(r"^\s*(?:__include|import)\s+([A-Za-z_][\w.]*)\s*;", re.M)
 
@@ -212,8 +212,10 @@ def _read_memo(memo: Path) -> dict:
 def _write_memo(memo: Path, entries: dict) -> None:
     from bakery.formats.publish import write_atomic
 
+    from bakery.pipeline.ownership import is_owned
+
     try:
-        if memo.parent.is_dir():
+        if is_owned(memo.parent):   # a folder an earlier bake claimed: planning writes nowhere else
             write_atomic(memo, json.dumps(entries, sort_keys=True).encode())
     except OSError:
         pass  # the memo only saves time
