@@ -30,9 +30,9 @@ STEPS = (0.1, 0.03, 0.01, 0.003, 0.001, 0.0003)
 #: (bk_ramp_segment); such trials take the per-pixel path.
 MIN_SPAN = 1e-4
 #: project_many searches as many fields side by side as keep their FieldSums (sorted field
-#: and target, prefix sums: ~112 bytes a pixel) within this many bytes.
+#: and target, prefix sums) and _Walks' copies (keys, prefix sums) within this many bytes.
 SUMS_BYTES = 64 << 20
-FIELD_SUMS_BYTES_PER_PIXEL = 112
+FIELD_SUMS_BYTES_PER_PIXEL = 200
 
 
 def projectable(structure: Node) -> bool:
@@ -159,68 +159,115 @@ def project(v: np.ndarray, target: np.ndarray, positions: np.ndarray,
     return project_many([v], target, [positions], search)[0]
 
 
-class _Walk:
-    """One field's coordinate search (project_many): from positions in order it stays in
-    order, since a stop moved past its neighbour draws a folded ramp no person would write,
-    and scoring one takes a pass over the pixels where an ordered trial takes a few lookups.
-    Each step (a share of the field's range) moves one position down or up, the best move
-    that lowers the MSE taken, up to 8 times, then the next smaller step."""
+class _Walks:
+    """The coordinate searches of fields with one stop count, side by side (project_many).
+    Each field's search: from positions in order it stays in order, since a stop moved past
+    its neighbour draws a folded ramp no person would write, and scoring one takes a pass
+    over the pixels where an ordered trial takes a few lookups. Each step (a share of the
+    field's range) moves one position down or up, the best move that lowers the MSE taken,
+    up to 8 times, then the next smaller step. A round is a few array operations for all
+    the fields: their sorted values are one array of complex numbers, the field's index
+    the real part and the value the imaginary, which sort and search lexicographically, so
+    one searchsorted finds every trial's pixels in its own field exactly."""
 
-    def __init__(self, sums: FieldSums, v: np.ndarray, start: np.ndarray):
-        self.sums, self.best = sums, start
-        (self.colours,), (self.mse,) = sums.solve(start)
-        self.span = max(1e-6, float(v.max() - v.min()))
-        self.keep_order = bool(in_order(start[None])[0])
-        self.moves = np.concatenate([-np.eye(len(start)), np.eye(len(start))])  # each position down, then up
-        self.step, self.moved = 0, 0
+    def __init__(self, sums: Sequence[FieldSums], starts: np.ndarray):
+        self.sums, m = sums, len(sums)
+        sizes = np.array([len(f.v) for f in sums])
+        self.first = np.concatenate([[0], np.cumsum(sizes)[:-1]])   # each field's block of keys
+        self.keys = np.empty(int(sizes.sum()), complex)
+        self.keys.real = np.repeat(np.arange(m), sizes)
+        self.keys.imag = np.concatenate([f.v for f in sums])
+        self.prefix = np.concatenate([f.prefix for f in sums])
+        self.first_prefix = self.first + np.arange(m)                # prefix blocks hold a row more
+        self.sizes, self.size = sizes, sums[0].t.size
+        self.centre, self.tt = np.array([f.centre for f in sums]), np.array([f.tt for f in sums])
+        self.best = np.array(starts, np.float64)
+        solved = _solve_rounds([(f, p[None]) for f, p in zip(sums, self.best)])
+        self.colours = np.stack([c[0] for c, _ in solved])
+        self.mse = np.array([e[0] for _, e in solved])
+        self.span = np.array([max(1e-6, float(f.v[-1] - f.v[0])) if len(f.v) else 1e-6 for f in sums])
+        self.keep_order = in_order(self.best)
+        n = self.best.shape[1]
+        self.moves = np.concatenate([-np.eye(n), np.eye(n)])  # each position down, then up
+        self.step, self.moved = np.zeros(m, int), np.zeros(m, int)
 
-    def trials(self) -> np.ndarray | None:
-        """This round's trial positions; None once the search has ended."""
-        while self.step < len(STEPS):
-            trials = self.best + STEPS[self.step] * self.span * self.moves
-            if self.keep_order:
-                trials = trials[in_order(trials)]
-            if len(trials):
-                return trials
-            self.next_step()
-        return None
+    def run(self) -> list[tuple[np.ndarray, np.ndarray, float]]:
+        while self._round():
+            pass
+        return [(b, c, float(e)) for b, c, e in zip(self.best, self.colours, self.mse)]
 
-    def next_step(self) -> None:
-        self.step, self.moved = self.step + 1, 0
+    def _trials(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The searching fields, their trial positions [L, 2n, n] and which of those are
+        tried; a field whose step leaves no trial in order takes the next step at once."""
+        steps = np.asarray(STEPS)
+        while True:
+            live = np.flatnonzero(self.step < len(STEPS))
+            if not len(live):
+                return None
+            trials = self.best[live, None, :] + (steps[self.step[live]] * self.span[live])[:, None, None] * self.moves
+            tried = in_order(trials.reshape(-1, trials.shape[2])).reshape(trials.shape[:2]) | ~self.keep_order[live, None]
+            stuck = live[~tried.any(axis=1)]
+            if not len(stuck):
+                return live, trials, tried
+            self.step[stuck] += 1
+            self.moved[stuck] = 0
 
-    def take(self, trials: np.ndarray, colours: np.ndarray, mses: np.ndarray) -> None:
-        k = int(np.argmin(mses))
-        if not mses[k] < self.mse * (1 - 1e-9):
-            self.next_step()
-            return
-        self.best, self.colours, self.mse = trials[k], colours[k], float(mses[k])
-        self.moved += 1
-        if self.moved == 8:
-            self.next_step()
+    def _round(self) -> bool:
+        found = self._trials()
+        if found is None:
+            return False
+        live, trials, tried = found
+        n = trials.shape[2]
+        ordered = in_order(trials.reshape(-1, n)).reshape(trials.shape[:2])
+        mses = np.full(trials.shape[:2], np.inf)
+        colours = np.zeros((*trials.shape, 3))
+        row, col = np.nonzero(ordered)
+        if len(row):
+            q, field = trials[row, col], live[row]
+            keys = np.empty(q.shape, complex)
+            keys.real, keys.imag = field[:, None], q
+            below = np.searchsorted(self.keys, keys, side="left") - self.first[field][:, None]
+            edges = np.concatenate([np.zeros((len(q), 1), np.intp), below, self.sizes[field][:, None]], axis=1)
+            edges += self.first_prefix[field][:, None]
+            seg = self.prefix[edges[:, 1:]] - self.prefix[edges[:, :-1]]
+            colours[row, col], mses[row, col] = _solve_segments(seg, q, self.centre[field], self.tt[field], self.size)
+        for i, k in zip(*np.nonzero(tried & ~ordered)):  # a start out of order: per pixel
+            f = self.sums[live[i]]
+            colours[i, k], mses[i, k] = solve_colours(f.v, f.t, trials[i, k])
+        pick = np.argmin(mses, axis=1)   # the first best, untried moves counting as infinite
+        at = np.arange(len(live))
+        better = mses[at, pick] < self.mse[live] * (1 - 1e-9)
+        won = live[better]
+        self.best[won] = trials[at[better], pick[better]]
+        self.colours[won] = colours[at[better], pick[better]]
+        self.mse[won] = mses[at[better], pick[better]]
+        self.moved[won] += 1
+        done = np.concatenate([live[~better], won[self.moved[won] == 8]])
+        self.step[done] += 1
+        self.moved[done] = 0
+        return True
 
 
 def project_many(fields: Sequence[np.ndarray], target: np.ndarray, starts: Sequence[np.ndarray],
                  search: bool = True) -> list[tuple[np.ndarray, np.ndarray, float]]:
-    """:func:`project` of several fields onto one target, their searches side by side: each
-    round solves every field's trials that are in order in one batch per stop count, so a
-    round costs a few array operations per field instead of a solve of its own (a
-    generation projects hundreds of fields). The same numbers as one field at a time."""
+    """:func:`project` of several fields onto one target, their searches side by side
+    (_Walks, one per stop count): a generation projects hundreds of fields, and a round
+    costs a few array operations for all of them instead of several per field."""
     t = np.asarray(target, np.float64).reshape(-1, 3)
     flat = [np.asarray(v, np.float64).reshape(-1) for v in fields]
     starts = [np.asarray(p, np.float64).copy() for p in starts]
     if not search:
         return [(p, *solve_colours(v, t, p)) for v, p in zip(flat, starts)]
-    out = []
+    out: list = [None] * len(flat)
     side_by_side = max(1, SUMS_BYTES // (FIELD_SUMS_BYTES_PER_PIXEL * max(1, len(t))))
     for at in range(0, len(flat), side_by_side):
-        walks = [_Walk(FieldSums(v, t), v, p) for v, p in zip(flat[at:at + side_by_side], starts[at:at + side_by_side])]
-        while True:
-            rows = [(w, tr) for w in walks for tr in [w.trials()] if tr is not None]
-            if not rows:
-                break
-            for (w, trials), (colours, mses) in zip(rows, _solve_rounds([(w.sums, tr) for w, tr in rows])):
-                w.take(trials, colours, mses)
-        out += [(w.best, w.colours, w.mse) for w in walks]
+        chunk = range(at, min(len(flat), at + side_by_side))
+        sums = {i: FieldSums(flat[i], t) for i in chunk}
+        for n in sorted({len(starts[i]) for i in chunk}):
+            members = [i for i in chunk if len(starts[i]) == n]
+            found = _Walks([sums[i] for i in members], np.stack([starts[i] for i in members])).run()
+            for i, result in zip(members, found):
+                out[i] = result
     return out
 
 
