@@ -457,6 +457,22 @@ def test_ramp_normal_equations_from_prefix_sums_match_the_per_pixel_solve():
         assert np.allclose(c, want_c, atol=1e-8) and m == pytest.approx(want_m, rel=1e-9, abs=1e-14)
 
 
+def test_field_sums_of_many_fields_solve_each_row_in_its_own_field_bit_for_bit():
+    """Rows of several fields in one FieldSums.solve (one searchsorted over complex keys)
+    give exactly what each field's own FieldSums gives: fields with ties, rows in and out
+    of order, positions on a field value and outside the range."""
+    from bakery.stages.procedural import ramps
+    rng = np.random.default_rng(8)
+    t = rng.uniform(size=(900, 3))
+    fields = np.stack([rng.normal(size=900), np.round(rng.uniform(size=900) * 4) / 4, np.linspace(-3, 5, 900)])
+    q = np.array([[-1.0, 0.2, 2.0], [0.25, 0.5, 0.75], [0.5, 0.2, 1.0], [-10.0, -9.0, -8.0], [30.0, 40.0, 50.0]])
+    rows, field = np.concatenate([q, q, q]), np.repeat(np.arange(3), len(q))
+    together = ramps.FieldSums(fields, t).solve(rows, field)
+    for k in range(3):
+        alone = ramps.FieldSums(fields[k], t).solve(q)
+        assert np.array_equal(together[0][field == k], alone[0]) and np.array_equal(together[1][field == k], alone[1])
+
+
 def test_ramps_searched_side_by_side_give_each_fields_own_search_bit_for_bit(monkeypatch):
     """project_many (a generation's fields in batched rounds, in chunks) returns exactly what
     each field's search alone returns: stop counts 2-5, starts in and out of order."""

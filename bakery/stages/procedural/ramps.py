@@ -29,8 +29,8 @@ STEPS = (0.1, 0.03, 0.01, 0.003, 0.001, 0.0003)
 #: Neighbouring positions closer than this blend as the shader's clamped span does
 #: (bk_ramp_segment); such trials take the per-pixel path.
 MIN_SPAN = 1e-4
-#: project_many searches as many fields side by side as keep their FieldSums (sorted field
-#: and target, prefix sums) and _Walks' copies (keys, prefix sums) within this many bytes.
+#: project_many searches as many fields side by side as keep their sorted values and target,
+#: prefix sums and search keys (_Walks) within this many bytes.
 SUMS_BYTES = 64 << 20
 FIELD_SUMS_BYTES_PER_PIXEL = 200
 
@@ -87,35 +87,50 @@ def solve_colours(v: np.ndarray, target: np.ndarray, positions: np.ndarray) -> t
 
 
 class FieldSums:
-    """A field ``v`` [N] and target ``t`` [N, 3] sorted by field value, with prefix sums of
-    1, v, v^2, t and v t (v centred on its mean, so the sums keep their precision): the
-    normal equations of any ordered set of positions from a binary search per position."""
+    """Fields ``fields`` [m, N] (or one, [N]), each with the target ``t`` [N, 3] sorted by
+    its values, with prefix sums of 1, v, v^2, t and v t (v centred on the field's mean, so
+    the sums keep their precision): the normal equations of any ordered set of positions
+    from a binary search per position. The sorted values are also one array of complex
+    numbers, the field's index the real part and the value the imaginary, which sort and
+    search lexicographically: one searchsorted finds rows of many fields each in its own."""
 
-    def __init__(self, v: np.ndarray, t: np.ndarray):
-        order = np.argsort(v)  # ties in any order: their sums are the same
-        self.v, self.t = v[order], t[order]
-        self.centre = float(self.v.mean()) if v.size else 0.0
-        d = self.v - self.centre
-        prefix = np.empty((v.size + 1, 9))
-        prefix[0] = 0.0
-        prefix[1:, 0], prefix[1:, 1], prefix[1:, 2] = 1.0, d, d * d
-        prefix[1:, 3:6], prefix[1:, 6:9] = self.t, d[:, None] * self.t
-        self.prefix = np.cumsum(prefix, axis=0, out=prefix)
-        self.tt = float(np.einsum("ij,ij->", t, t))
+    def __init__(self, fields: np.ndarray, t: np.ndarray):
+        fields = np.atleast_2d(fields)
+        m, pixels = fields.shape
+        order = np.argsort(fields, axis=1)  # ties in any order: their sums are the same
+        self.v, self.t = np.take_along_axis(fields, order, axis=1), t[order]
+        self.centre = self.v.mean(axis=1)
+        d = self.v - self.centre[:, None]
+        prefix = np.empty((m, pixels + 1, 9))
+        prefix[:, 0] = 0.0
+        prefix[:, 1:, 0], prefix[:, 1:, 1], prefix[:, 1:, 2] = 1.0, d, d * d
+        prefix[:, 1:, 3:6], prefix[:, 1:, 6:9] = self.t, d[:, :, None] * self.t
+        self.prefix = np.cumsum(prefix, axis=1, out=prefix)
+        self.tt, self.size = float(np.einsum("ij,ij->", t, t)), t.size
+        self.keys = np.empty(m * pixels, complex)
+        self.keys.real, self.keys.imag = np.repeat(np.arange(m), pixels), self.v.reshape(-1)
 
-    def solve(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:func:`solve_colours` of these pixels for each row of ``positions`` [B, n]:
-        colours [B, n, 3] and MSEs [B], from the sums where a row is in order (each
-        position at least MIN_SPAN past the one before), per pixel otherwise."""
-        return _solve_rounds([(self, np.atleast_2d(np.asarray(positions, np.float64)))])[0]
-
-    def segments(self, q: np.ndarray) -> np.ndarray:
-        """For rows of positions in order [m, n]: the sums over the pixels below the first,
-        between each two and from the last on [m, n + 1, 9]."""
-        m = len(q)
-        edges = np.concatenate([np.zeros((m, 1), np.intp), np.searchsorted(self.v, q, side="left"),
-                                np.full((m, 1), len(self.v))], axis=1)
-        return self.prefix[edges[:, 1:]] - self.prefix[edges[:, :-1]]
+    def solve(self, q: np.ndarray, field: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`solve_colours` for each row of positions ``q`` [R, n] of field ``field``
+        [R] (default: the first): colours [R, n, 3] and MSEs [R], from the sums where a row
+        is in order (each position at least MIN_SPAN past the one before), per pixel
+        otherwise."""
+        q = np.atleast_2d(np.asarray(q, np.float64))
+        field = np.zeros(len(q), np.intp) if field is None else np.asarray(field)
+        colours, mses = np.zeros((*q.shape, 3)), np.zeros(len(q))
+        ordered = in_order(q)
+        if ordered.any():
+            f, rows = field[ordered], q[ordered]
+            keys = np.empty(rows.shape, complex)
+            keys.real, keys.imag = f[:, None], rows
+            pixels = self.v.shape[1]
+            below = np.searchsorted(self.keys, keys, side="left") - (f * pixels)[:, None]
+            edges = np.concatenate([np.zeros((len(rows), 1), np.intp), below, np.full((len(rows), 1), pixels)], axis=1)
+            seg = self.prefix[f[:, None], edges[:, 1:]] - self.prefix[f[:, None], edges[:, :-1]]
+            colours[ordered], mses[ordered] = _solve_segments(seg, rows, self.centre[f], self.tt, self.size)
+        for i in np.flatnonzero(~ordered):
+            colours[i], mses[i] = solve_colours(self.v[field[i]], self.t[field[i]], q[i])
+        return colours, mses
 
 
 def in_order(p: np.ndarray) -> np.ndarray:
@@ -125,7 +140,7 @@ def in_order(p: np.ndarray) -> np.ndarray:
 
 def _solve_segments(seg: np.ndarray, q: np.ndarray, centre, tt, size: int) -> tuple[np.ndarray, np.ndarray]:
     """Colours [m, n, 3] and MSEs [m] of rows of ordered positions q [m, n] from their
-    segment sums (FieldSums.segments); ``centre`` and ``tt`` per row or one for all. Every
+    segment sums (FieldSums.solve); ``centre`` and ``tt`` per row or one for all. Every
     row's arithmetic is its own, so rows of several fields solve in one batch."""
     m, n = q.shape
     gram, cross = np.zeros((m, n, n)), np.zeros((m, n, 3))
@@ -166,26 +181,13 @@ class _Walks:
     over the pixels where an ordered trial takes a few lookups. Each step (a share of the
     field's range) moves one position down or up, the best move that lowers the MSE taken,
     up to 8 times, then the next smaller step. A round is a few array operations for all
-    the fields: their sorted values are one array of complex numbers, the field's index
-    the real part and the value the imaginary, which sort and search lexicographically, so
-    one searchsorted finds every trial's pixels in its own field exactly."""
+    the fields and one FieldSums.solve of every trial."""
 
-    def __init__(self, sums: Sequence[FieldSums], starts: np.ndarray):
-        self.sums, m = sums, len(sums)
-        sizes = np.array([len(f.v) for f in sums])
-        self.first = np.concatenate([[0], np.cumsum(sizes)[:-1]])   # each field's block of keys
-        self.keys = np.empty(int(sizes.sum()), complex)
-        self.keys.real = np.repeat(np.arange(m), sizes)
-        self.keys.imag = np.concatenate([f.v for f in sums])
-        self.prefix = np.concatenate([f.prefix for f in sums])
-        self.first_prefix = self.first + np.arange(m)                # prefix blocks hold a row more
-        self.sizes, self.size = sizes, sums[0].t.size
-        self.centre, self.tt = np.array([f.centre for f in sums]), np.array([f.tt for f in sums])
+    def __init__(self, sums: FieldSums, starts: np.ndarray):
+        self.sums, m = sums, len(starts)
         self.best = np.array(starts, np.float64)
-        solved = _solve_rounds([(f, p[None]) for f, p in zip(sums, self.best)])
-        self.colours = np.stack([c[0] for c, _ in solved])
-        self.mse = np.array([e[0] for _, e in solved])
-        self.span = np.array([max(1e-6, float(f.v[-1] - f.v[0])) if len(f.v) else 1e-6 for f in sums])
+        self.colours, self.mse = sums.solve(self.best, np.arange(m))
+        self.span = np.maximum(1e-6, sums.v[:, -1] - sums.v[:, 0])
         self.keep_order = in_order(self.best)
         n = self.best.shape[1]
         self.moves = np.concatenate([-np.eye(n), np.eye(n)])  # each position down, then up
@@ -217,23 +219,10 @@ class _Walks:
         if found is None:
             return False
         live, trials, tried = found
-        n = trials.shape[2]
-        ordered = in_order(trials.reshape(-1, n)).reshape(trials.shape[:2])
         mses = np.full(trials.shape[:2], np.inf)
         colours = np.zeros((*trials.shape, 3))
-        row, col = np.nonzero(ordered)
-        if len(row):
-            q, field = trials[row, col], live[row]
-            keys = np.empty(q.shape, complex)
-            keys.real, keys.imag = field[:, None], q
-            below = np.searchsorted(self.keys, keys, side="left") - self.first[field][:, None]
-            edges = np.concatenate([np.zeros((len(q), 1), np.intp), below, self.sizes[field][:, None]], axis=1)
-            edges += self.first_prefix[field][:, None]
-            seg = self.prefix[edges[:, 1:]] - self.prefix[edges[:, :-1]]
-            colours[row, col], mses[row, col] = _solve_segments(seg, q, self.centre[field], self.tt[field], self.size)
-        for i, k in zip(*np.nonzero(tried & ~ordered)):  # a start out of order: per pixel
-            f = self.sums[live[i]]
-            colours[i, k], mses[i, k] = solve_colours(f.v, f.t, trials[i, k])
+        row, col = np.nonzero(tried)
+        colours[row, col], mses[row, col] = self.sums.solve(trials[row, col], live[row])
         pick = np.argmin(mses, axis=1)   # the first best, untried moves counting as infinite
         at = np.arange(len(live))
         better = mses[at, pick] < self.mse[live] * (1 - 1e-9)
@@ -260,41 +249,14 @@ def project_many(fields: Sequence[np.ndarray], target: np.ndarray, starts: Seque
         return [(p, *solve_colours(v, t, p)) for v, p in zip(flat, starts)]
     out: list = [None] * len(flat)
     side_by_side = max(1, SUMS_BYTES // (FIELD_SUMS_BYTES_PER_PIXEL * max(1, len(t))))
-    for at in range(0, len(flat), side_by_side):
-        chunk = range(at, min(len(flat), at + side_by_side))
-        sums = {i: FieldSums(flat[i], t) for i in chunk}
-        for n in sorted({len(starts[i]) for i in chunk}):
-            members = [i for i in chunk if len(starts[i]) == n]
-            found = _Walks([sums[i] for i in members], np.stack([starts[i] for i in members])).run()
-            for i, result in zip(members, found):
+    for n in sorted({len(p) for p in starts}):
+        members = [i for i, p in enumerate(starts) if len(p) == n]
+        for at in range(0, len(members), side_by_side):
+            chunk = members[at:at + side_by_side]
+            sums = FieldSums(np.stack([flat[i] for i in chunk]), t)
+            found = _Walks(sums, np.stack([starts[i] for i in chunk])).run()
+            for i, result in zip(chunk, found):
                 out[i] = result
-    return out
-
-
-def _solve_rounds(rows: Sequence[tuple[FieldSums, np.ndarray]]) -> list[tuple[np.ndarray, np.ndarray]]:
-    """FieldSums.solve of each field's trial positions [B, n]: the rows in order of every
-    field with the same stop count solved in one batch, the others per pixel."""
-    out = []
-    batches: dict[int, list[tuple[int, np.ndarray, np.ndarray, FieldSums]]] = {}
-    for sums, trials in rows:
-        colours, mses = np.zeros((len(trials), trials.shape[1], 3)), np.zeros(len(trials))
-        ordered = in_order(trials)
-        for i in np.flatnonzero(~ordered):
-            colours[i], mses[i] = solve_colours(sums.v, sums.t, trials[i])
-        out.append((colours, mses))
-        if ordered.any():
-            batches.setdefault(trials.shape[1], []).append((len(out) - 1, ordered, trials[ordered], sums))
-    for group in batches.values():
-        q = np.concatenate([rows_q for _, _, rows_q, _ in group])
-        seg = np.concatenate([sums.segments(rows_q) for _, _, rows_q, sums in group])
-        centre = np.concatenate([np.full(len(rows_q), sums.centre) for _, _, rows_q, sums in group])
-        tt = np.concatenate([np.full(len(rows_q), sums.tt) for _, _, rows_q, sums in group])
-        c, m = _solve_segments(seg, q, centre, tt, group[0][3].t.size)
-        at = 0
-        for index, ordered, rows_q, _ in group:
-            colours, mses = out[index]
-            colours[ordered], mses[ordered] = c[at:at + len(rows_q)], m[at:at + len(rows_q)]
-            at += len(rows_q)
     return out
 
 
