@@ -8,10 +8,10 @@ exactly the bakes it feeds. The orchestration (``bakery.pipeline``, the CLI) is 
 out: it places outputs but never shapes them.
 
 Parsing every module's imports is most of a cached re-bake's planning, so a fingerprint can
-be kept in a memo file in a cache folder bakery owns, with the ``stat`` of every file it read: a later
-process takes it while each of those files and the listing of the stage's own folder are
-as they were (size, mtime, ctime and inode: writing a file moves its ctime, which no tool
-sets back) and hashes again otherwise.
+be kept in a memo file in a cache folder bakery owns, with the ``stat`` of every file it
+read: a later process takes it while each of those files and the listing of the stage's
+own folder are as they were (size, mtime, ctime and inode: writing a file moves its ctime,
+which no tool sets back) and hashes again otherwise.
 """
 
 from __future__ import annotations
@@ -182,8 +182,10 @@ def fingerprint_of(start: Path, root: Path, memo: Path | None = None) -> str:
     """The digest of ``start``'s code closure below ``root`` (a stage's, or any tree: tests
     change a file in a copy), looked up in ``memo`` first where given."""
     start, root = start.resolve(), root.resolve()
+    if memo is None:
+        return _digest(sorted(_closure(start, root)), root)
     entry_name = f"{root}|{start}"
-    entries = _read_memo(memo) if memo is not None else {}
+    entries = _read_memo(memo)
     entry = entries.get(entry_name)
     listing = _listing(start)
     if (isinstance(entry, dict) and entry.get("listing") == listing and isinstance(entry.get("files"), dict)
@@ -192,7 +194,7 @@ def fingerprint_of(start: Path, root: Path, memo: Path | None = None) -> str:
         return entry["digest"]
     files = _closure(start, root)
     digest = _digest(sorted(files), root)
-    if memo is not None and all(sig is not None and _signature(f) == sig for f, sig in files.items()):
+    if all(sig is not None and _signature(f) == sig for f, sig in files.items()):
         # kept only if no file changed while it was read and hashed
         entries[entry_name] = {"digest": digest, "listing": listing, "files": {str(f): sig for f, sig in files.items()}}
         _write_memo(memo, entries)
@@ -211,7 +213,6 @@ def _read_memo(memo: Path) -> dict:
 
 def _write_memo(memo: Path, entries: dict) -> None:
     from bakery.formats.publish import write_atomic
-
     from bakery.pipeline.ownership import is_owned
 
     try:

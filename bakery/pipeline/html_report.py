@@ -124,8 +124,9 @@ def _task_section(o: TaskOutcome, bundle: Path | None, inputs: dict, memo: Path 
         return head + ("<p>no bundle in out/ for this task.</p>" if not o.error else "") + "</section>"
     memo_file = memo / f"{o.key}-{_memo_salt(root)}.html" if memo is not None and o.key else None
     browser = _browser_row(Path(bundle), root, memo)   # by the images' bytes: a snapshot changes without the key
-    if memo_file is not None and memo_file.is_file():
-        return head + memo_file.read_text(encoding="utf-8") + browser + "</section>"
+    kept = _memo_text(memo_file)
+    if kept is not None:
+        return head + kept + browser + "</section>"
     body = _bundle_body(o, Path(bundle), inputs, root)
     if memo_file is not None and not body.startswith("<p>could not show"):
         from bakery.formats.publish import write_atomic
@@ -174,8 +175,9 @@ def _snapshot_figure(snap, path: Path, caption: str, full: str, memo: Path | Non
     h = hashlib.sha256(data)
     h.update(f"\0{caption}\0{full}\0{_memo_salt(None)}".encode())
     memo_file = memo / f"snapshot-{h.hexdigest()}.html" if memo is not None else None
-    if memo_file is not None and memo_file.is_file() and not memo_file.is_symlink():
-        return memo_file.read_text(encoding="utf-8")
+    kept = _memo_text(memo_file)
+    if kept is not None:
+        return kept
     cell = figure(snap.decode(path, data), caption, full=full)
     if memo_file is not None:
         try:
@@ -183,6 +185,18 @@ def _snapshot_figure(snap, path: Path, caption: str, full: str, memo: Path | Non
         except OSError:
             pass  # the memo only saves time
     return cell
+
+
+def _memo_text(path: Path | None) -> str | None:
+    """A memo file's text; None where there is none, or it is not a regular file."""
+    from bakery.safe_files import read_regular
+
+    if path is None:
+        return None
+    try:
+        return read_regular(path).decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def _bundle_body(o: TaskOutcome, bundle: Path, inputs: dict, root: Path | None) -> str:

@@ -223,19 +223,16 @@ class BrowserSnapshot:
     images: list[Path]
     current: bool
 
-    def read(self, path: Path) -> np.ndarray:
-        """One of ``images`` as float [H, W, C]: a regular file reached through no link
-        below DIR (bakery.safe_files), at most MAX_SIDE a side."""
-        return self.decode(path, self.read_bytes(path))
-
     def read_bytes(self, path: Path) -> bytes:
-        """One of ``images``' bytes, read as :meth:`read` reads them."""
+        """One of ``images``' bytes: a regular file reached through no link below DIR
+        (bakery.safe_files)."""
         from bakery.safe_files import read_regular
 
         return read_regular(path, beneath=self.root)
 
     @staticmethod
     def decode(path: Path, data: bytes) -> np.ndarray:
+        """Those bytes as float [H, W, C], at most MAX_SIDE a side."""
         import io
 
         from PIL import Image
