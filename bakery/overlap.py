@@ -11,6 +11,11 @@ those of a serial run.
 The threads are daemons and the queue is dropped when the task ends (done, failed or
 interrupted), so a signal that stops a bake never waits for an encode to finish. The
 encoders it runs (ispc-texcomp, zlib, numpy) release the GIL.
+
+Side work runs at a lower CPU priority (:func:`yield_cpu`): where several tasks share a
+host's cores (``bakery bake --jobs``), the threads that feed the device take a core first
+and the encodes fill the gaps, instead of eight tasks' encodes starving eight drivers and
+leaving the GPU idle between their command buffers.
 """
 
 from __future__ import annotations
@@ -27,6 +32,24 @@ from bakery import phases
 #: Threads per task: the host's cores beside the task's thread, at most four (the work a
 #: task knows before training is a handful of images).
 MAX_WORKERS = 4
+#: The nice value side work runs at (0 is the task's own; 10 weighs a tenth as much in
+#: Linux's scheduler). Threads an encoder starts from a side thread inherit it.
+SIDE_NICENESS = 10
+
+
+def yield_cpu(niceness: int = SIDE_NICENESS) -> None:
+    """Lowers the calling thread's CPU priority (Linux schedules threads one by one; a
+    thread can always lower its own). A no-op where the platform has no per-thread nice
+    or the thread already runs lower."""
+    set_priority = getattr(os, "setpriority", None)
+    if set_priority is None or not hasattr(threading, "get_native_id"):
+        return
+    tid = threading.get_native_id()
+    try:
+        if os.getpriority(os.PRIO_PROCESS, tid) < niceness:
+            set_priority(os.PRIO_PROCESS, tid, niceness)
+    except OSError:
+        pass
 
 
 def default_workers() -> int:
@@ -83,6 +106,7 @@ class SideWork:
         return Pending(future)
 
     def _work(self) -> None:
+        yield_cpu()
         while True:
             item = self._queue.get()
             if item is None:

@@ -142,6 +142,30 @@ def test_side_work_raises_where_the_result_is_taken_and_close_drops_the_queue():
         overlap.SideWork(workers=0).submit("baselines", lambda: 1 / 0).result()
 
 
+def _niceness() -> int:
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+@pytest.mark.skipif(not hasattr(os, "setpriority"), reason="per-thread nice is a POSIX/Linux notion")
+def test_side_work_and_bcn_bands_run_below_the_task_thread(monkeypatch):
+    """Eight tasks' encodes must not starve the threads feeding the device: side work and
+    the BCn encoder's bands lower their own priority, the task's thread keeps its own."""
+    from bakery.baselines import bcn
+
+    own = _niceness()
+    lowered = max(own, overlap.SIDE_NICENESS)
+    with overlap.SideWork(workers=1) as side:
+        assert side.submit("encoding", _niceness).result() == lowered
+    seen = []
+    real = bcn._compress
+    monkeypatch.setattr(bcn, "encode_threads", lambda: 2)   # bands on threads, even on a 2-core host
+    monkeypatch.setattr(bcn, "_compress", lambda a, fmt, profile: (seen.append(_niceness()), real(a, fmt, profile))[1])
+    blocks = bcn.encode(np.zeros((1024, 1024, 3), np.float32), "bc1")
+    assert len(blocks) == bcn.encoded_size("bc1", 1024, 1024)
+    assert seen == [lowered, lowered]
+    assert _niceness() == own
+
+
 STUCK_STAGE = '''\
 import os, threading
 from pathlib import Path

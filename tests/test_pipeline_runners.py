@@ -261,6 +261,31 @@ def test_dispatch_hands_out_the_slowest_recorded_tasks_first(tmp_path, monkeypat
     assert [task for task, _ in backend.submitted] == ["blur/photos/b", "blur/photos/c", "blur/photos/a"]
 
 
+def test_dispatch_runs_stage_types_side_by_side_in_proportion_to_their_work(tmp_path, monkeypatch):
+    """A library (16 materials through three stages) with eight workers: not one stage at a
+    time (ntc's host-bound stretch left the GPU half idle), but each type on a share of the
+    workers in proportion to its expected seconds (neural_material 40, ntc 25, mipmap 10
+    a task), so they overlap while they last and the shortest go last."""
+    import dataclasses
+    from collections import Counter
+
+    from bakery.pipeline.dispatch import DagRunner
+
+    template = _specs(tmp_path, monkeypatch)[0]
+    specs = [dataclasses.replace(template, id=f"{t}/lib/m{i:03d}", stage=t, stage_type=t, asset=f"lib/m{i:03d}",
+                                 key=f"{t}{i:03d}".ljust(64, "0"), deps=())
+             for t in ("ntc", "mipmap", "neural_material") for i in range(16)]
+    backend = FakeBackend(slots=8)
+    events = list(DagRunner(Cache(tmp_path / "cache"), backend, logging.getLogger("t")).run(specs))
+    assert Counter(e.kind for e in events) == Counter(started=48, failed=48)
+    types = [task.split("/")[0] for task, _ in backend.submitted]
+    assert Counter(types[:8]) == Counter(neural_material=4, ntc=3, mipmap=1)   # 640 : 400 : 160 s of work
+    assert types[0] == "neural_material"                                       # the longest first
+    # every round of eight hand-outs mixes the three, until neural_material's queue is done
+    assert all(len(set(types[r:r + 8])) == 3 for r in range(0, 32, 8))
+    assert types[-6:] == ["mipmap"] * 6                                        # the shortest tasks last
+
+
 def test_dispatch_cancels_the_backend_when_the_bake_is_interrupted(tmp_path, monkeypatch):
     from bakery.pipeline.dispatch import DagRunner
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bakery.imaging import to_uint8
+from bakery.overlap import yield_cpu
 
 BLOCK = 4
 BC7_PROFILES = ("ultrafast", "veryfast", "fast", "basic", "slow")
@@ -108,6 +109,7 @@ def encode(image: np.ndarray, fmt: str, *, profile: str = "basic") -> bytes:
     parts: list[bytes | BaseException | None] = [None] * len(bands)
 
     def work(i: int, rows: slice) -> None:
+        yield_cpu()   # the bands are side work, wherever the encode was asked for
         try:
             with _ENCODING:
                 parts[i] = _compress(a[rows], fmt, profile)

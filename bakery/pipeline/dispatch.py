@@ -86,13 +86,48 @@ def expected_seconds(specs: Sequence[TaskSpec], cache: Cache) -> dict[str, float
     return out
 
 
-def longest_chains_first(specs: Sequence[TaskSpec], cache: Cache) -> list[TaskSpec]:
-    """``specs`` in the order a runner with several workers hands them out: the longest
-    expected chain of builds first (dag.critical_path_first), so the bake's wall time is
-    not a slow task started last while the short ones kept the workers busy."""
-    seconds = expected_seconds(specs, cache)
+def longest_chains_first(specs: Sequence[TaskSpec], seconds: dict[str, float]) -> list[TaskSpec]:
+    """``specs`` by the longest expected chain of builds they start, longest first
+    (dag.critical_path_first), so the bake's wall time is not a slow task started last
+    while the short ones kept the workers busy."""
     by_id = {s.id: s for s in specs}
     return [by_id[i] for i in critical_path_first({s.id: list(s.deps) for s in specs}, seconds.__getitem__)]
+
+
+class StageShares:
+    """Which stage type's task a free worker takes next: each type runs on a share of the
+    busy workers in proportion to the expected seconds of its unfinished tasks, so every
+    type drains at the same pace. Types lean on different parts of a machine (ntc on the
+    host's cores, mipmap on the GPU), and a library baked a stage at a time left the GPU
+    half idle through the host-bound stretch (bench/library.py); in proportion, they
+    overlap from start to end, and the last tasks to finish are not one type's queue."""
+
+    def __init__(self, specs: Sequence[TaskSpec], seconds: dict[str, float]):
+        self.seconds = seconds
+        self.type_of = {s.id: s.stage_type for s in specs}
+        self.left: dict[str, float] = {}
+        for s in specs:
+            self.left[s.stage_type] = self.left.get(s.stage_type, 0.0) + max(seconds[s.id], 1e-3)
+        self.running: dict[str, int] = {}
+
+    def order(self, types: Sequence[str]) -> list[str]:
+        """``types`` by how far each runs below its share once one more worker is busy,
+        furthest first (ties keep ``types``' order)."""
+        total = sum(self.left.values()) or 1.0
+        busy = sum(self.running.values()) + 1
+        deficit = {t: busy * self.left.get(t, 0.0) / total - self.running.get(t, 0) for t in types}
+        return sorted(types, key=lambda t: -deficit[t])
+
+    def started(self, task_id: str) -> None:
+        t = self.type_of[task_id]
+        self.running[t] = self.running.get(t, 0) + 1
+
+    def ended(self, task_id: str, *, ran: bool) -> None:
+        """A task is settled: ``ran`` if it had a worker (built or failed there)."""
+        t = self.type_of[task_id]
+        self.left[t] = max(0.0, self.left[t] - max(self.seconds[task_id], 1e-3))
+        if ran:
+            self.running[t] -= 1
 
 
 def pack(spec: TaskSpec, cache: Cache, *, ship_files: bool, replace: bool) -> dict:
@@ -147,38 +182,47 @@ class DagRunner:
             ) -> Iterator[Event]:
         ids = {s.id for s in specs}
         state: dict[str, str] = {}
-        waiting = longest_chains_first(specs, self.cache)
+        seconds = expected_seconds(specs, self.cache)
+        shares = StageShares(specs, seconds)
+        waiting = longest_chains_first(specs, seconds)
         running = 0
         builds: dict[str, str] = {}  # task id -> why it builds, decided once
         finished = False
         try:
             while waiting or running:
                 moved = False
-                for spec in list(waiting):
-                    if any(d in ids and d not in state for d in spec.deps):
-                        continue
-                    if spec.id in builds:
-                        event, reason = None, builds[spec.id]
-                    else:
-                        event, reason = self._settle(spec, state, forced(spec))
+                progressed = True
+                while progressed:  # a pass settles what needs no worker and starts one task
+                    progressed = False
+                    ready = [s for s in waiting if not any(d in ids and d not in state for d in s.deps)]
+                    rank = {t: i for i, t in enumerate(shares.order(list(dict.fromkeys(s.stage_type for s in ready))))}
+                    for spec in sorted(ready, key=lambda s: rank[s.stage_type]):  # stable: by chain within a type
+                        if spec.id in builds:
+                            event, reason = None, builds[spec.id]
+                        else:
+                            event, reason = self._settle(spec, state, forced(spec))
+                            if event is None:
+                                builds[spec.id] = reason
+                        if event is None and not self.backend.can_take(spec):
+                            continue
+                        waiting.remove(spec)
+                        moved = progressed = True
                         if event is None:
-                            builds[spec.id] = reason
-                    if event is None and not self.backend.can_take(spec):
-                        continue
-                    waiting.remove(spec)
-                    moved = True
-                    if event is None:
-                        try:
-                            payload = pack(spec, self.cache, ship_files=self.ship_files, replace=forced(spec))
-                        except OSError as e:
-                            event = Event("failed", spec.id, reason=reason, error=f"{spec.id}: cannot read input: {e}")
-                    if event is not None:
-                        state[spec.id] = event.kind
-                        yield event
-                        continue
-                    yield Event("started", spec.id, reason=reason)
-                    self.backend.submit(Job(spec, forced(spec), payload, reason=reason))
-                    running += 1
+                            try:
+                                payload = pack(spec, self.cache, ship_files=self.ship_files, replace=forced(spec))
+                            except OSError as e:
+                                event = Event("failed", spec.id, reason=reason,
+                                              error=f"{spec.id}: cannot read input: {e}")
+                        if event is not None:
+                            state[spec.id] = event.kind
+                            shares.ended(spec.id, ran=False)
+                            yield event
+                            continue
+                        yield Event("started", spec.id, reason=reason)
+                        self.backend.submit(Job(spec, forced(spec), payload, reason=reason))
+                        shares.started(spec.id)
+                        running += 1
+                        break  # the shares moved: rank again
                 if not running:
                     if not moved:
                         raise RuntimeError(f"cannot schedule {waiting[0].id}: its upstream tasks are not planned")
@@ -187,6 +231,7 @@ class DagRunner:
                     running -= 1
                     event = self._finish(job, result)
                     state[job.spec.id] = event.kind
+                    shares.ended(job.spec.id, ran=True)
                     yield event
             finished = True
         finally:
