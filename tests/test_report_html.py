@@ -91,6 +91,32 @@ def test_report_html_shows_each_task(project):
     assert page.count("<section class='task'") == 4
 
 
+def test_built_tasks_sections_are_drawn_beside_the_bake_and_equal_the_pages_own(project, monkeypatch):
+    """A section at 2048² decodes and thumbnails a bundle's images: each built task's is
+    drawn on a side thread as the task ends (bakery.pipeline.html_report.SectionsAhead),
+    once, and the page written at the end uses it as it would its own drawing."""
+    import threading
+
+    from bakery.pipeline import html_report
+
+    drawn = []
+    real = html_report._bundle_body
+    monkeypatch.setattr(html_report, "_bundle_body", lambda o, *a: (
+        drawn.append((f"{o.stage}/{o.asset}", threading.current_thread() is threading.main_thread())), real(o, *a))[1])
+    bake()
+    # each built task's section drawn once, off the bake's thread (the page drew none again)
+    assert sorted(drawn) == sorted((f"{stage}/photos/{a}", False) for a in "ab" for stage in ("blur", "summary"))
+    ahead = {p.name: p.read_bytes() for p in (project / "cache" / "report").iterdir()}
+    page = (project / "out" / "report.html").read_text()
+
+    shutil.rmtree(project / "cache" / "report")
+    drawn.clear()
+    bake()   # cached: nothing built, every section drawn by the page on the bake's thread
+    assert len(drawn) == 4 and all(on_main for _, on_main in drawn)
+    assert {p.name: p.read_bytes() for p in (project / "cache" / "report").iterdir()} == ahead
+    assert page.count("<section class='task'") == 4
+
+
 def test_report_html_pairs_images_and_reads_curves(tmp_path):
     from bakery.formats.images import encode_png
     from bakery.pipeline.html_report import render

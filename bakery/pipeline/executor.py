@@ -23,7 +23,7 @@ from bakery.pipeline.config import Pipeline, display_path
 from bakery.pipeline.fingerprint import FINGERPRINT_MEMO
 from bakery.pipeline.gates import first_failure
 from bakery.pipeline.graph import build_tasks, source_files
-from bakery.pipeline.html_report import HTML_REPORT_NAME, task_dirs, write_html_report
+from bakery.pipeline.html_report import HTML_REPORT_NAME, SectionsAhead, task_dirs, write_html_report
 from bakery.pipeline.lock import OutputLock
 from bakery.pipeline.ownership import claim_bake_folders
 from bakery.pipeline.planner import PlanOptions, plan
@@ -105,6 +105,7 @@ class Executor:
             require_ray(private=opts.address is None)
         self.runner = None
         self._all_specs: list[TaskSpec] = []  # tasks outside this bake whose bundles the report shows
+        self._sections: SectionsAhead | None = None  # report sections drawn while the bake goes on
 
     @property
     def _fingerprint_memo(self) -> Path | None:
@@ -141,6 +142,8 @@ class Executor:
             swept = sweep_staging(self.pipe.out, self.cache.root / "entries")
             if swept:
                 report.notes.append(f"removed {swept} staging folder(s) left by an interrupted bake")
+            self._sections = SectionsAhead(task_dirs(specs), self.cache.root / "report", self.pipe.out)
+            ended = False
             try:
                 self._run_all(specs, report)
                 if self.opts.verify_determinism and not report.failed:
@@ -151,7 +154,9 @@ class Executor:
                     except Exception as e:  # noqa: BLE001 - the report's completeness never costs the bake
                         self.log.warning("the report lists only this bake's tasks: %s: %s", type(e).__name__, e)
                 self._warn_losses(report)
+                ended = True
             finally:
+                self._sections.finish(cancel=not ended)
                 report.seconds = time.monotonic() - t0
                 report.device = self.devices.info() or getattr(self.runner, "device", None)
                 report.write(self.pipe.out / REPORT_NAME)
@@ -278,6 +283,8 @@ class Executor:
                     continue
                 spec = by_id[event.task]
                 o = outcomes[spec.id] = self._outcome(spec, event)
+                if self._sections is not None:
+                    self._sections.submit(o)
                 progress_of(spec.stage).finished(spec.asset, o.status, o.seconds, o.error or o.reason,
                                                  overall=overall.finished())
                 if o.status == "failed" and self.opts.fail_fast:

@@ -122,12 +122,19 @@ def _task_section(o: TaskOutcome, bundle: Path | None, inputs: dict, memo: Path 
         head += f"<p class='failed'>{e(o.error)}</p>"
     if bundle is None or not (Path(bundle) / "manifest.json").is_file() or o.status == "skipped":
         return head + ("<p>no bundle in out/ for this task.</p>" if not o.error else "") + "</section>"
-    memo_file = memo / f"{o.key}-{_memo_salt(root)}.html" if memo is not None and o.key else None
     browser = _browser_row(Path(bundle), root, memo)   # by the images' bytes: a snapshot changes without the key
+    return head + section_body(o, Path(bundle), inputs, memo, root) + browser + "</section>"
+
+
+def section_body(o: TaskOutcome, bundle: Path, inputs: dict, memo: Path | None = None,
+                 root: Path | None = None) -> str:
+    """The stage's section of one bundle: from ``memo`` (by cache key) where it is kept,
+    else drawn and kept there."""
+    memo_file = memo / f"{o.key}-{_memo_salt(root)}.html" if memo is not None and o.key else None
     kept = _memo_text(memo_file)
     if kept is not None:
-        return head + kept + browser + "</section>"
-    body = _bundle_body(o, Path(bundle), inputs, root)
+        return kept
+    body = _bundle_body(o, bundle, inputs, root)
     if memo_file is not None and not body.startswith("<p>could not show"):
         from bakery.formats.publish import write_atomic
 
@@ -135,7 +142,39 @@ def _task_section(o: TaskOutcome, bundle: Path | None, inputs: dict, memo: Path 
             write_atomic(memo_file, body.encode())
         except OSError:
             pass  # the memo only saves time
-    return head + body + browser + "</section>"
+    return body
+
+
+class SectionsAhead:
+    """Draws each built task's section into the memo on one thread while the bake goes on,
+    so the page written at the end only assembles them. At 2048² a section decodes and
+    thumbnails a bundle's images; drawn after the last task, a library's sections kept
+    the bake running over a minute with the GPU idle (bench/library.py). One thread: the
+    plots' matplotlib is not made for two at once, and the page waits for it first."""
+
+    def __init__(self, out_dirs: dict[str, Any], memo: Path, root: Path):
+        from bakery.overlap import SideWork
+
+        self.out_dirs, self.memo, self.root = out_dirs, memo, root
+        self._side = SideWork(workers=1)
+        self._pending: list = []
+
+    def submit(self, o: TaskOutcome) -> None:
+        bundle = self.out_dirs.get(f"{o.stage}/{o.asset}")
+        if o.status != "built" or not o.key or bundle is None:
+            return
+        inputs = self.out_dirs.get(f"{o.stage}/{o.asset}:inputs") or {}
+        self._pending.append(self._side.submit("report", section_body, o, Path(bundle), inputs, self.memo, self.root))
+
+    def finish(self, *, cancel: bool = False) -> None:
+        """Waits for the drawing (``cancel``: only for the section being drawn, dropping the
+        rest), so the page's own drawing never runs beside it."""
+        if cancel:
+            self._side.close()
+        for pending in self._pending:
+            if not pending.future.cancelled():
+                pending.future.exception()   # waits; a failed drawing is redrawn (and reported) by the page
+        self._side.close()
 
 
 def _browser_row(bundle: Path, root: Path | None, memo: Path | None = None) -> str:
