@@ -80,11 +80,14 @@ def _env() -> dict:
     return env
 
 
-def run_bake(pipeline: Path, report: Path, echo: str | None = None) -> tuple[float, int, str]:
-    """A bake in a fresh process: wall s, exit code, output; with ``echo``, each task's line as it ends."""
+def run_bake(pipeline: Path, report: Path, echo: str | None = None,
+             ended: list[float] | None = None) -> tuple[float, int, str]:
+    """A bake in a fresh process: wall s, exit code, output; with ``echo``, each task's line as
+    it ends; ``ended`` gets the seconds from the start at which each task's line came."""
     t0 = time.perf_counter()
+    on_task = None if ended is None else (lambda line: ended.append(time.perf_counter() - t0))
     code, log = W.run_streamed([sys.executable, "-c", BAKE, str(pipeline), "--report", str(report)],
-                               cwd=pipeline.parent, env=_env(), echo=echo, tail_chars=20000)
+                               cwd=pipeline.parent, env=_env(), echo=echo, tail_chars=20000, on_task=on_task)
     return time.perf_counter() - t0, code, log
 
 
@@ -163,18 +166,28 @@ def measure(args, pipeline: Path, report_path: Path) -> int:
         tmp.write_text(json.dumps(result, indent=1) + "\n")
         os.replace(tmp, args.out / "rebake.json")
 
-    fill_s, rc, log = run_bake(pipeline, report_path, echo="    ")
+    ended: list[float] = []
+    fill_s, rc, log = run_bake(pipeline, report_path, echo="    ", ended=ended)
     if rc != 0:
         print(f"filling the cache failed (exit {rc}):\n{log}", file=sys.stderr)
         return 1
     fill_report = json.loads(report_path.read_text())
     stages = per_stage(fill_report, pipeline.parent)
     fill_device = fill_report.get("device")
+    # where a cold bake's wall goes beside its tasks: the process before its bake clock, the
+    # tasks, and what follows the last (report sections, the report, workers' exit)
+    timeline = {"first_task_ended_s": round(min(ended), 3) if ended else None,
+                "last_task_ended_s": round(max(ended), 3) if ended else None,
+                "bake_clock_s": fill_report.get("seconds"), "process_wall_s": round(fill_s, 3)}
     result.update(tasks=fill_report["totals"]["total"], fill_bake_s=round(fill_s, 3), fill_device=fill_device,
-                  fill_stages=stages)
+                  fill_stages=stages, fill_timeline=timeline)
     save()
     print(f"filling bake: {fill_s:.2f} s wall ({'cold: fresh folder' if args.fresh else 'in place'}), "
           f"{result['tasks']} tasks, device {(fill_device or {}).get('adapter', 'none opened')}", flush=True)
+    if ended:
+        print(f"  timeline: first task ended at {min(ended):.2f} s, the last at {max(ended):.2f} s, the process "
+              f"exited at {fill_s:.2f} s; the bake's own clock (plan to report written) "
+              f"{fill_report.get('seconds', float('nan')):.2f} s", flush=True)
     print_stages(stages)
 
     times, in_process = [], []
