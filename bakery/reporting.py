@@ -208,7 +208,7 @@ def _jpeg_uri(image: np.ndarray, side: int) -> str:
 
     from bakery.imaging import to_uint8
 
-    a = to_uint8(np.clip(image, 0.0, 1.0))
+    a = to_uint8(image)   # clamps to [0, 1] itself
     if a.ndim == 3 and a.shape[2] == 2:  # two-channel (normal xy): show as RG
         a = np.concatenate([a, np.zeros_like(a[:, :, :1])], 2)
     if a.ndim == 3 and a.shape[2] == 1:
