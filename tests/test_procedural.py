@@ -296,6 +296,19 @@ def test_hlsl_and_glsl_are_compiled_from_the_slang_program():
         crosscompile.compile_to("[shader(\"compute\")][numthreads(1, 1, 1)] void e() { nope(); }", "e", "glsl")
 
 
+def test_one_slang_session_compiles_each_program_as_a_fresh_process_does():
+    """The compiler's session is kept for the process (creating one is most of a
+    request's time): a program compiled after others gives the code it gives alone."""
+    script = ("import sys, json; from bakery.stages.procedural import codegen, dsl; "
+              "p = dsl.from_json(json.loads(sys.argv[1]), require_params=True); "
+              "print(json.dumps({l: codegen.generate(p, l) for l in ('hlsl', 'glsl')}))")
+    first, second = GENERATORS["checker_ramp"], GENERATORS["bricks"]
+    here = [{lang: codegen.generate(program(p), lang) for lang in ("hlsl", "glsl")} for p in (first, second)]
+    alone = json.loads(subprocess.run([sys.executable, "-c", script, json.dumps(second)], capture_output=True,
+                                      text=True, check=True).stdout)
+    assert here[1] == alone and here[0] != here[1]
+
+
 @pytest.mark.skipif(shutil.which("glslangValidator") is None, reason="needs glslangValidator (Debian glslang-tools)")
 @pytest.mark.parametrize("lang", ["glsl", "hlsl"])
 def test_glsl_and_hlsl_compile_with_glslang(tmp_path, lang):

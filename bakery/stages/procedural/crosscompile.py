@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
 from pathlib import Path
 
 #: SlangCompileTarget, SlangSourceLanguage, SlangStage, SlangLineDirectiveMode values (slang.h).
@@ -48,13 +49,28 @@ def _library() -> ctypes.CDLL:
     return lib
 
 
+@functools.lru_cache(maxsize=1)
+def _session() -> int:
+    """One Slang session per process: creating one loads the compiler's core module, most
+    of a request's time (~0.2 s of ~0.25); it lives as long as the process."""
+    return _library().spCreateSession(None)
+
+
+#: A session takes one request at a time.
+_SESSION_LOCK = threading.Lock()
+
+
 def compile_to(source: str, entry: str, target: str) -> str:
     """The ``target`` ("hlsl" or "glsl") code the Slang compiler emits for compute entry
     point ``entry`` of ``source`` (self-contained: no includes)."""
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r} (known: {', '.join(TARGETS)})")
     lib = _library()
-    session = lib.spCreateSession(None)
+    with _SESSION_LOCK:
+        return _compile(lib, _session(), source, entry, target)
+
+
+def _compile(lib: ctypes.CDLL, session: int, source: str, entry: str, target: str) -> str:
     request = lib.spCreateCompileRequest(session)
     try:
         lib.spSetCodeGenTarget(request, TARGETS[target])
@@ -70,4 +86,3 @@ def compile_to(source: str, entry: str, target: str) -> str:
         return code.decode()
     finally:
         lib.spDestroyCompileRequest(request)
-        lib.spDestroySession(session)
