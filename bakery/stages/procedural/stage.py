@@ -24,6 +24,7 @@ from bakery.baselines.resample import downsample_area
 from bakery.errors import UsageError
 from bakery.formats.images import encode_png, load_image
 from bakery.imaging import psnr
+from bakery.overlap import SideWork
 from bakery.stages.base import Stage, StageResult, register
 from bakery.stages.params import AUTO, QUALITY, Param, Presets
 from bakery.stages.procedural import codegen, texture_stats
@@ -180,46 +181,51 @@ class Procedural(Stage):
         split.lap("search")
         program = best.program
 
-        sources = {lang: codegen.generate(program, lang, (w, h), tile=tile) for lang in codegen.LANGUAGES}
-        render = render_shader(device, program, w, h, sources["slang"])
-        render4 = render_shader(device, program, 4 * w, 4 * h, sources["slang"])
-        repeat3 = render_shader(device, program, 3 * w, 3 * h, sources["slang"], repeat=3.0)
-        # Seam check: the program one period on (uv + 1) against itself, both axes.
-        shifted = [render_shader(device, program, w, h, sources["slang"], origin=o) for o in ((1.0, 0.0), (0.0, 1.0))]
-        seam = max(float(np.abs(s - render).max()) for s in shifted)
-        score = psnr(render, rgb)
-        target_stats = texture_stats.statistics(rgb)   # the program and its neural baseline are scored by them
-        tex = texture_stats.texture_loss(render, target_stats)
-        doc = program_document(program, tile=tile)
-        program_bytes = len(json.dumps(doc, separators=(",", ":")))  # the compact form an engine would store
-        sizes = {"program_json": program_bytes, "params_fp32": 4 * param_count(program),
-                 "png": len(encode_png(image)), "bc7": bcn.encoded_size("bc7", w, h)}
-        front = [dict(cand.summary(), program=program_document(cand.program)["root"]) for cand in search.front()]
+        with SideWork() as side:   # the host's encodes beside the renders and the baseline's training
+            pareto_png = side.submit("encoding", _pareto_plot, search)
+            source_png = side.submit("encoding", encode_png, image)   # its size: what a PNG would cost
+            sources = {lang: codegen.generate(program, lang, (w, h), tile=tile) for lang in codegen.LANGUAGES}
+            render = render_shader(device, program, w, h, sources["slang"])
+            render4 = render_shader(device, program, 4 * w, 4 * h, sources["slang"])
+            repeat3 = render_shader(device, program, 3 * w, 3 * h, sources["slang"], repeat=3.0)
+            # Seam check: the program one period on (uv + 1) against itself, both axes.
+            shifted = [render_shader(device, program, w, h, sources["slang"], origin=o)
+                       for o in ((1.0, 0.0), (0.0, 1.0))]
+            seam = max(float(np.abs(s - render).max()) for s in shifted)
+            # |render - target| x 4, so small errors are visible.
+            pngs = {name: side.submit("encoding", encode_png, picture) for name, picture in (
+                ("render.png", render), ("render_4x.png", render4), ("tile3x3.png", repeat3), ("target.png", image),
+                ("difference.png", np.clip(4.0 * np.abs(render - rgb), 0.0, 1.0)))}
+            score = psnr(render, rgb)
+            target_stats = texture_stats.statistics(rgb)   # the program and its neural baseline are scored by them
+            tex = texture_stats.texture_loss(render, target_stats)
+            doc = program_document(program, tile=tile)
+            program_bytes = len(json.dumps(doc, separators=(",", ":")))  # the compact form an engine would store
+            front = [dict(cand.summary(), program=program_document(cand.program)["root"]) for cand in search.front()]
+            from bakery.baselines.material import same_bytes_image
 
-        out = ctx.out
-        out.write_json("program.json", doc, role="program")
-        for lang, text in sources.items():
-            out.write_bytes(f"procedural.{lang}", text.encode(), role="shader")
-        out.write_png("render.png", render)
-        out.write_png("render_4x.png", render4)
-        out.write_png("tile3x3.png", repeat3, role="preview")
-        out.write_png("target.png", image)
-        # |render - target| x 4, so small errors are visible.
-        out.write_png("difference.png", np.clip(4.0 * np.abs(render - rgb), 0.0, 1.0))
-        out.write_json("pareto.json", {"complexity_weight": config.complexity_weight, "front": front})
-        out.write_bytes("pareto.png", _pareto_plot(search), role="preview")
+            bc7_job = side.submit("baselines", same_bytes_image, rgb, program_bytes)
+            split.lap("outputs")
+            with phases.time("baselines"):
+                nt = neural_texture_of_equal_bytes(device, rgb, program_bytes, steps=params["baseline_steps"],
+                                                   batch=params["baseline_batch"], seed=ctx.seed,
+                                                   target_stats=target_stats)
+                bc7 = bc7_job.result()
+            split.lap("baseline")
+            sizes = {"program_json": program_bytes, "params_fp32": 4 * param_count(program),
+                     "png": len(source_png.result()), "bc7": bcn.encoded_size("bc7", w, h)}
+
+            out = ctx.out
+            out.write_json("program.json", doc, role="program")
+            for lang, text in sources.items():
+                out.write_bytes(f"procedural.{lang}", text.encode(), role="shader")
+            for name, png in pngs.items():
+                out.write_bytes(name, png.result(), role="preview")
+            out.write_json("pareto.json", {"complexity_weight": config.complexity_weight, "front": front})
+            out.write_bytes("pareto.png", pareto_png.result(), role="preview")
         ctx.log.info("%s: %dx%d -> %d nodes, %d params, %d B program vs %d B PNG / %d B BC7; PSNR %.2f dB",
                      inp.name, w, h, best.nodes, param_count(program), program_bytes, sizes["png"], sizes["bc7"],
                      score)
-        from bakery.baselines.material import same_bytes_image
-
-        split.lap("outputs")
-        with phases.time("baselines"):
-            bc7 = same_bytes_image(rgb, program_bytes)
-            nt = neural_texture_of_equal_bytes(device, rgb, program_bytes, steps=params["baseline_steps"],
-                                               batch=params["baseline_batch"], seed=ctx.seed,
-                                               target_stats=target_stats)
-        split.lap("baseline")
         ctx.log.info("%s%s", SECONDS_LOG_PREFIX, json.dumps(split.record, sort_keys=True))
         out.write_png("neural_texture.png", nt.pop("decoded"), role="preview")
         verdict = _against_baselines(score, tex, bc7, nt, budget_reason(PRESETS, params, key="generations",
@@ -286,14 +292,14 @@ def _against_baselines(score: float, tex: float, bc7: dict, nt: dict, budget: st
 
 
 def _pareto_plot(search) -> bytes:
-    """Loss against node count: every fitted structure, the front joined by a line."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Loss against node count: every fitted structure, the front joined by a line (drawn
+    beside the task's thread: matplotlib's object API, no pyplot state)."""
+    from matplotlib.figure import Figure
 
     every = list(search.evaluated.values())
     front = search.front()
-    fig, ax = plt.subplots(figsize=(5, 3.5), dpi=100)
+    fig = Figure(figsize=(5, 3.5), dpi=100)
+    ax = fig.add_subplot()
     ax.scatter([c.nodes for c in every], [c.loss for c in every], s=12, c="0.6", label="fitted structures")
     ax.plot([c.nodes for c in front], [c.loss for c in front], "o-", c="C3", label="Pareto front")
     ax.set_yscale("log")
@@ -303,5 +309,4 @@ def _pareto_plot(search) -> bytes:
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})
-    plt.close(fig)
     return buf.getvalue()
