@@ -144,3 +144,39 @@ def test_ctrl_c_mid_task_exits_130_keeps_outputs_and_reports(tmp_path):
     rep = json.loads((tmp_path / "out/bake-report.json").read_text())
     assert [t["reason"] for t in rep["tasks"]] == ["interrupted", "interrupted"]
     assert not list(tmp_path.rglob(".*staging*"))
+
+
+#: A bake whose report sections, drawn beside it (html_report.SectionsAhead), never finish:
+#: it touches ``started`` when the bake waits for them at its end.
+STUCK_SECTIONS = """\
+import sys, threading
+from pathlib import Path
+from bakery.pipeline import html_report
+real_body, real_finish = html_report._bundle_body, html_report.SectionsAhead.finish
+def body(*a):
+    if threading.current_thread() is not threading.main_thread():
+        threading.Event().wait()   # the side thread's drawing never ends
+    return real_body(*a)
+def finish(self, *, cancel=False):
+    Path(sys.argv[1]).touch()
+    return real_finish(self, cancel=cancel)
+html_report._bundle_body, html_report.SectionsAhead.finish = body, finish
+from bakery.pipeline.cli import bake_cmd
+bake_cmd(["pipeline.toml"])
+"""
+
+
+def test_a_signal_while_the_report_is_drawn_still_writes_the_report(tmp_path):
+    """Every task built, the bake waiting for report sections drawn beside it: SIGTERM
+    ends it within seconds, with bake-report.json and report.html written."""
+    make_project(tmp_path, images=("a", "b"))
+    started = tmp_path / "waiting-for-sections"
+    p = subprocess.Popen([sys.executable, "-c", STUCK_SECTIONS, str(started)], cwd=tmp_path, env=_env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(started, p)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 143, err
+    rep = json.loads((tmp_path / "out/bake-report.json").read_text())
+    assert [t["status"] for t in rep["tasks"]] == ["built"] * 4
+    assert (tmp_path / "out/report.html").read_text().count("<section class='task'") == 4

@@ -156,13 +156,15 @@ class Executor:
                 self._warn_losses(report)
                 ended = True
             finally:
-                self._sections.finish(cancel=not ended)
-                report.seconds = time.monotonic() - t0
-                report.device = self.devices.info() or getattr(self.runner, "device", None)
-                report.write(self.pipe.out / REPORT_NAME)
-                if self.opts.report:
-                    report.write(self.opts.report)
-                self._write_html(report, specs)
+                try:
+                    self._sections.finish(cancel=not ended)   # a signal while it waits still gets the report
+                finally:
+                    report.seconds = time.monotonic() - t0
+                    report.device = self.devices.info() or getattr(self.runner, "device", None)
+                    report.write(self.pipe.out / REPORT_NAME)
+                    if self.opts.report:
+                        report.write(self.opts.report)
+                    self._write_html(report, specs)
         return report
 
     def _keep_the_others(self, specs: list[TaskSpec], report: BakeReport) -> None:

@@ -149,8 +149,9 @@ class SectionsAhead:
     """Draws each built task's section into the memo on one thread while the bake goes on,
     so the page written at the end only assembles them. At 2048² a section decodes and
     thumbnails a bundle's images; drawn after the last task, a library's sections kept
-    the bake running over a minute with the GPU idle (bench/library.py). One thread: the
-    plots' matplotlib is not made for two at once, and the page waits for it first."""
+    the bake running over a minute with the GPU idle (bench/library.py). One thread, at a
+    lower CPU priority (bakery.overlap): it keeps pace with the tasks without taking a
+    core from the threads that feed the device."""
 
     def __init__(self, out_dirs: dict[str, Any], memo: Path, root: Path):
         from bakery.overlap import SideWork
@@ -164,17 +165,22 @@ class SectionsAhead:
         if o.status != "built" or not o.key or bundle is None:
             return
         inputs = self.out_dirs.get(f"{o.stage}/{o.asset}:inputs") or {}
-        self._pending.append(self._side.submit("report", section_body, o, Path(bundle), inputs, self.memo, self.root))
+        self._pending.append(self._side.submit("encoding", _draw_into_memo, o, Path(bundle), inputs, self.memo,
+                                               self.root))
 
     def finish(self, *, cancel: bool = False) -> None:
-        """Waits for the drawing (``cancel``: only for the section being drawn, dropping the
-        rest), so the page's own drawing never runs beside it."""
-        if cancel:
-            self._side.close()
-        for pending in self._pending:
-            if not pending.future.cancelled():
+        """Waits for the drawing, so the page's own drawing does not repeat it; ``cancel``
+        (an interrupted bake) drops what has not started and waits for nothing."""
+        if not cancel:
+            for pending in self._pending:
                 pending.future.exception()   # waits; a failed drawing is redrawn (and reported) by the page
         self._side.close()
+
+
+def _draw_into_memo(o: TaskOutcome, bundle: Path, inputs: dict, memo: Path, root: Path) -> None:
+    """section_body for its memo alone: the page reads it from there, and a library's
+    sections (megabytes of embedded images each) are not held in memory meanwhile."""
+    section_body(o, bundle, inputs, memo, root)
 
 
 def _browser_row(bundle: Path, root: Path | None, memo: Path | None = None) -> str:
