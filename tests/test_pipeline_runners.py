@@ -286,6 +286,26 @@ def test_dispatch_runs_stage_types_side_by_side_in_proportion_to_their_work(tmp_
     assert types[-6:] == ["mipmap"] * 6                                        # the shortest tasks last
 
 
+def test_shares_never_hold_back_a_task_others_wait_for(tmp_path, monkeypatch):
+    """Shares pick among tasks nothing waits for; a task with dependants keeps its place by
+    its chain: a mipmap (10 s) that a neural_material (40 s) reads starts first, though
+    sixteen ntc tasks (25 s each) hold almost all the unfinished work."""
+    import dataclasses
+
+    from bakery.pipeline.dispatch import DagRunner
+
+    template = _specs(tmp_path, monkeypatch)[0]
+
+    def spec(t, i, deps=()):
+        return dataclasses.replace(template, id=f"{t}/lib/m{i:03d}", stage=t, stage_type=t, asset=f"lib/m{i:03d}",
+                                   key=f"{t}{i:03d}".ljust(64, "0"), deps=deps)
+
+    specs = [spec("ntc", i) for i in range(16)] + [spec("mipmap", 0), spec("neural_material", 0, ("mipmap/lib/m000",))]
+    backend = FakeBackend(slots=2)
+    list(DagRunner(Cache(tmp_path / "cache"), backend, logging.getLogger("t")).run(specs))
+    assert backend.submitted[0][0] == "mipmap/lib/m000"
+
+
 def test_dispatch_cancels_the_backend_when_the_bake_is_interrupted(tmp_path, monkeypatch):
     from bakery.pipeline.dispatch import DagRunner
 

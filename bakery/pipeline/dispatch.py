@@ -95,12 +95,13 @@ def longest_chains_first(specs: Sequence[TaskSpec], seconds: dict[str, float]) -
 
 
 class StageShares:
-    """Which stage type's task a free worker takes next: each type runs on a share of the
-    busy workers in proportion to the expected seconds of its unfinished tasks, so every
-    type drains at the same pace. Types lean on different parts of a machine (ntc on the
-    host's cores, mipmap on the GPU), and a library baked a stage at a time left the GPU
-    half idle through the host-bound stretch (bench/library.py); in proportion, they
-    overlap from start to end, and the last tasks to finish are not one type's queue."""
+    """Which stage type's task a free worker takes next, among tasks no other task waits
+    for (those keep their place by their chains): each type runs on a share of the busy workers
+    in proportion to the expected seconds of its unfinished tasks, so every type drains
+    at the same pace. Types lean on different parts of a machine (ntc on the host's cores,
+    mipmap on the GPU), and a library baked a stage at a time left the GPU half idle
+    through the host-bound stretch (bench/library.py); in proportion, they overlap from
+    start to end, and the last tasks to finish are not one type's queue."""
 
     def __init__(self, specs: Sequence[TaskSpec], seconds: dict[str, float]):
         self.seconds = seconds
@@ -117,6 +118,15 @@ class StageShares:
         busy = sum(self.running.values()) + 1
         deficit = {t: busy * self.left.get(t, 0.0) / total - self.running.get(t, 0) for t in types}
         return sorted(types, key=lambda t: -deficit[t])
+
+    def arrange(self, ready: Sequence[TaskSpec], awaited: set[str]) -> list[TaskSpec]:
+        """``ready`` (longest chain first) as a worker should try them: a task others wait
+        for keeps its place, and the places of the rest go to them by their types' order,
+        each type's by chain; so shares decide which such task goes, never that it goes
+        before a longer chain of builds."""
+        rank = {t: i for i, t in enumerate(self.order(list(dict.fromkeys(s.stage_type for s in ready))))}
+        free = iter(sorted((s for s in ready if s.id not in awaited), key=lambda s: rank[s.stage_type]))
+        return [s if s.id in awaited else next(free) for s in ready]
 
     def started(self, task_id: str) -> None:
         t = self.type_of[task_id]
@@ -185,6 +195,7 @@ class DagRunner:
         seconds = expected_seconds(specs, self.cache)
         shares = StageShares(specs, seconds)
         waiting = longest_chains_first(specs, seconds)
+        awaited = {d for s in specs for d in s.deps}   # tasks others wait for: their chains go first
         running = 0
         builds: dict[str, str] = {}  # task id -> why it builds, decided once
         finished = False
@@ -195,8 +206,7 @@ class DagRunner:
                 while progressed:  # a pass settles what needs no worker and starts one task
                     progressed = False
                     ready = [s for s in waiting if not any(d in ids and d not in state for d in s.deps)]
-                    rank = {t: i for i, t in enumerate(shares.order(list(dict.fromkeys(s.stage_type for s in ready))))}
-                    for spec in sorted(ready, key=lambda s: rank[s.stage_type]):  # stable: by chain within a type
+                    for spec in shares.arrange(ready, awaited):
                         if spec.id in builds:
                             event, reason = None, builds[spec.id]
                         else:
