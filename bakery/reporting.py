@@ -286,10 +286,9 @@ def figure_axes():
 
 
 def plot(fig, alt: str) -> str:
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    return f"<figure><img class='plot' alt='{e(alt)}' src='{png_uri(buf.getvalue())}'></figure>"
+    from bakery.figures import png_bytes
+
+    return f"<figure><img class='plot' alt='{e(alt)}' src='{png_uri(png_bytes(fig))}'></figure>"
 
 
 def png_uri(data: bytes) -> str:

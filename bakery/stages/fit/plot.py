@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
+
+from bakery.figures import png_bytes
 
 
 def convergence_png(losses: np.ndarray, *, title: str, loss_name: str) -> bytes:
@@ -20,7 +20,4 @@ def convergence_png(losses: np.ndarray, *, title: str, loss_name: str) -> bytes:
     ax.set_ylabel(f"mean {loss_name.upper()} loss")
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    return buf.getvalue()
+    return png_bytes(fig)

@@ -11,7 +11,6 @@ The program is judged against BC7 and a neural texture of its bytes (neural_base
 
 from __future__ import annotations
 
-import io
 import json
 import time
 from dataclasses import replace
@@ -296,6 +295,8 @@ def _pareto_plot(search) -> bytes:
     beside the task's thread: matplotlib's object API, no pyplot state)."""
     from matplotlib.figure import Figure
 
+    from bakery.figures import png_bytes
+
     every = list(search.evaluated.values())
     front = search.front()
     fig = Figure(figsize=(5, 3.5), dpi=100)
@@ -306,7 +307,4 @@ def _pareto_plot(search) -> bytes:
     ax.set_xlabel("complexity (nodes)")
     ax.set_ylabel("image loss")
     ax.legend(loc="upper right", fontsize=8)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    return buf.getvalue()
+    return png_bytes(fig)
