@@ -306,6 +306,43 @@ def test_shares_never_hold_back_a_task_others_wait_for(tmp_path, monkeypatch):
     assert backend.submitted[0][0] == "mipmap/lib/m000"
 
 
+def test_dispatch_of_many_chains_starts_each_task_once_after_its_upstream(tmp_path, monkeypatch):
+    """The ready set kept as tasks settle (dispatch.ReadyTasks): 200 chains mipmap -> ntc
+    -> neural_material through 8 slots, every task started once, after its upstream
+    task ended."""
+    import dataclasses
+
+    from bakery.pipeline.dispatch import DagRunner
+    from bakery.pipeline.runner import Event
+    from bakery.pipeline.worker import Attempt
+
+    template = _specs(tmp_path, monkeypatch)[0]
+    specs = []
+    for i in range(200):
+        upstream = ()
+        for t in ("mipmap", "ntc", "neural_material"):
+            specs.append(dataclasses.replace(template, id=f"{t}/lib/m{i:03d}", stage=t, stage_type=t,
+                                             asset=f"lib/m{i:03d}", key=f"{t}{i:03d}".ljust(64, "0"), deps=upstream))
+            upstream = (specs[-1].id,)
+
+    class Builds(FakeBackend):
+        def wait(self):
+            job = self.running.pop(0)
+            return [(job, Attempt(job.spec.id, "built", sums={}))]
+
+    backend = Builds(slots=8)
+    runner = DagRunner(Cache(tmp_path / "cache"), backend, logging.getLogger("t"))
+    monkeypatch.setattr(runner, "_finish", lambda job, result: Event("built", job.spec.id))
+    by_id, ended, started = {s.id: s for s in specs}, set(), []
+    for e in runner.run(specs):
+        if e.kind == "started":
+            assert all(d in ended for d in by_id[e.task].deps), e.task
+            started.append(e.task)
+        else:
+            ended.add(e.task)
+    assert sorted(started) == sorted(s.id for s in specs) and len(ended) == len(specs)
+
+
 def test_dispatch_cancels_the_backend_when_the_bake_is_interrupted(tmp_path, monkeypatch):
     from bakery.pipeline.dispatch import DagRunner
 

@@ -13,6 +13,7 @@ into ``out/`` stays the executor's.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import logging
 import tempfile
@@ -119,15 +120,6 @@ class StageShares:
         deficit = {t: busy * self.left.get(t, 0.0) / total - self.running.get(t, 0) for t in types}
         return sorted(types, key=lambda t: -deficit[t])
 
-    def arrange(self, ready: Sequence[TaskSpec], awaited: set[str]) -> list[TaskSpec]:
-        """``ready`` (longest chain first) as a worker should try them: a task others wait
-        for keeps its place, and the places of the rest go to them by their types' order,
-        each type's by chain; so shares decide which such task goes, never that it goes
-        before a longer chain of builds."""
-        rank = {t: i for i, t in enumerate(self.order(list(dict.fromkeys(s.stage_type for s in ready))))}
-        free = iter(sorted((s for s in ready if s.id not in awaited), key=lambda s: rank[s.stage_type]))
-        return [s if s.id in awaited else next(free) for s in ready]
-
     def started(self, task_id: str) -> None:
         t = self.type_of[task_id]
         self.running[t] = self.running.get(t, 0) + 1
@@ -138,6 +130,93 @@ class StageShares:
         self.left[t] = max(0.0, self.left[t] - max(self.seconds[task_id], 1e-3))
         if ran:
             self.running[t] -= 1
+
+
+class ReadyTasks:
+    """The tasks whose upstream tasks in the bake have all settled, kept in hand-out order
+    as they become so: a hand-out looks at the first few (:meth:`in_order`), not at every
+    waiting task (a library of thousands: a pass over all of them per
+    hand-out was 39 s of scheduling for 9000 tasks)."""
+
+    def __init__(self, ordered: Sequence[TaskSpec], awaited: set[str]):
+        self.by_id = {s.id: s for s in ordered}
+        self._ordered = [s.id for s in ordered]
+        self.position = {s.id: i for i, s in enumerate(ordered)}
+        self.awaited = awaited
+        self.blockers: dict[str, int] = {}
+        self.dependants: dict[str, list[str]] = {}
+        for s in ordered:
+            upstream = {d for d in s.deps if d in self.position}
+            self.blockers[s.id] = len(upstream)
+            for d in upstream:
+                self.dependants.setdefault(d, []).append(s.id)
+        self._first: list[int] = []      # positions of ready tasks others wait for
+        self._leaves: list[int] = []     # positions of the other ready tasks
+        self._by_type: dict[str, list[int]] = {}         # the latter by stage type
+        self._first_by_type: dict[str, list[int]] = {}   # the former by stage type
+        self.waiting = len(ordered)      # neither handed out nor settled
+        for s in ordered:
+            if not self.blockers[s.id]:
+                self._add(s)
+
+    def _add(self, spec: TaskSpec) -> None:
+        at = self.position[spec.id]
+        if spec.id in self.awaited:
+            bisect.insort(self._first, at)
+            bisect.insort(self._first_by_type.setdefault(spec.stage_type, []), at)
+        else:
+            bisect.insort(self._leaves, at)
+            bisect.insort(self._by_type.setdefault(spec.stage_type, []), at)
+
+    def leaf_types(self) -> list[str]:
+        """Stage types with a ready task nothing waits for, by the place of their first
+        ready task of any kind (the order StageShares.order keeps for ties)."""
+        def first(t: str) -> int:
+            return min(self._by_type[t][:1] + self._first_by_type.get(t, [])[:1])
+        return sorted((t for t, at in self._by_type.items() if at), key=first)
+
+    def in_order(self, type_order: Sequence[str]) -> Iterator[TaskSpec]:
+        """The tasks ready now, longest chain first, lazily: a task others wait for keeps its
+        place, and the places of the rest go to them by ``type_order`` (StageShares.order),
+        each type's by chain; so shares decide which such task goes, never that it goes
+        before a longer chain of builds. Those that become ready meanwhile come in the
+        next call."""
+        ordered = self._ordered
+        by_type = {t: list(self._by_type.get(t, ())) for t in type_order}
+        leaves = (at for t in type_order for at in by_type[t])
+        first, slots = list(self._first), list(self._leaves)
+        i = j = 0
+        while i < len(first) or j < len(slots):
+            if j >= len(slots) or (i < len(first) and first[i] < slots[j]):
+                yield self.by_id[ordered[first[i]]]
+                i += 1
+            else:
+                yield self.by_id[ordered[next(leaves)]]
+                j += 1
+
+    def remove(self, spec: TaskSpec) -> None:
+        """``spec`` is handed out or settled without a worker."""
+        at = self.position[spec.id]
+        if spec.id in self.awaited:
+            del self._first[bisect.bisect_left(self._first, at)]
+            of_type = self._first_by_type[spec.stage_type]
+            del of_type[bisect.bisect_left(of_type, at)]
+        else:
+            del self._leaves[bisect.bisect_left(self._leaves, at)]
+            of_type = self._by_type[spec.stage_type]
+            del of_type[bisect.bisect_left(of_type, at)]
+        self.waiting -= 1
+
+    def a_blocked_task(self) -> str:
+        """A waiting task that is not ready (for an error message)."""
+        return next((i for i in self._ordered if self.blockers[i]), "?")
+
+    def settled(self, task_id: str) -> None:
+        """``task_id`` ended (built, cached, failed or skipped): its dependants may be ready."""
+        for d in self.dependants.get(task_id, ()):
+            self.blockers[d] -= 1
+            if not self.blockers[d]:
+                self._add(self.by_id[d])
 
 
 def pack(spec: TaskSpec, cache: Cache, *, ship_files: bool, replace: bool) -> dict:
@@ -190,23 +269,21 @@ class DagRunner:
 
     def run(self, specs: Sequence[TaskSpec], *, forced: Callable[[TaskSpec], bool] = lambda s: False
             ) -> Iterator[Event]:
-        ids = {s.id for s in specs}
         state: dict[str, str] = {}
         seconds = expected_seconds(specs, self.cache)
         shares = StageShares(specs, seconds)
-        waiting = longest_chains_first(specs, seconds)
         awaited = {d for s in specs for d in s.deps}   # tasks others wait for: their chains go first
+        ready = ReadyTasks(longest_chains_first(specs, seconds), awaited)
         running = 0
         builds: dict[str, str] = {}  # task id -> why it builds, decided once
         finished = False
         try:
-            while waiting or running:
+            while ready.waiting or running:
                 moved = False
                 progressed = True
                 while progressed:  # a pass settles what needs no worker and starts one task
                     progressed = False
-                    ready = [s for s in waiting if not any(d in ids and d not in state for d in s.deps)]
-                    for spec in shares.arrange(ready, awaited):
+                    for spec in ready.in_order(shares.order(ready.leaf_types())):
                         if spec.id in builds:
                             event, reason = None, builds[spec.id]
                         else:
@@ -215,7 +292,7 @@ class DagRunner:
                                 builds[spec.id] = reason
                         if event is None and not self.backend.can_take(spec):
                             continue
-                        waiting.remove(spec)
+                        ready.remove(spec)
                         moved = progressed = True
                         if event is None:
                             try:
@@ -226,6 +303,7 @@ class DagRunner:
                         if event is not None:
                             state[spec.id] = event.kind
                             shares.ended(spec.id, ran=False)
+                            ready.settled(spec.id)
                             yield event
                             continue
                         yield Event("started", spec.id, reason=reason)
@@ -235,13 +313,14 @@ class DagRunner:
                         break  # the shares moved: rank again
                 if not running:
                     if not moved:
-                        raise RuntimeError(f"cannot schedule {waiting[0].id}: its upstream tasks are not planned")
+                        raise RuntimeError(f"cannot schedule {ready.a_blocked_task()}: its upstream tasks are not planned")
                     continue
                 for job, result in self.backend.wait():
                     running -= 1
                     event = self._finish(job, result)
                     state[job.spec.id] = event.kind
                     shares.ended(job.spec.id, ran=True)
+                    ready.settled(job.spec.id)
                     yield event
             finished = True
         finally:
