@@ -138,11 +138,10 @@ class ReadyTasks:
     waiting task (a library of thousands: a pass over all of them per
     hand-out was 39 s of scheduling for 9000 tasks)."""
 
-    def __init__(self, ordered: Sequence[TaskSpec], awaited: set[str]):
+    def __init__(self, ordered: Sequence[TaskSpec]):
         self.by_id = {s.id: s for s in ordered}
         self._ordered = [s.id for s in ordered]
         self.position = {s.id: i for i, s in enumerate(ordered)}
-        self.awaited = awaited
         self.blockers: dict[str, int] = {}
         self.dependants: dict[str, list[str]] = {}
         for s in ordered:
@@ -150,6 +149,7 @@ class ReadyTasks:
             self.blockers[s.id] = len(upstream)
             for d in upstream:
                 self.dependants.setdefault(d, []).append(s.id)
+        self.awaited = set(self.dependants)   # tasks others wait for: their chains go first
         self._first: list[int] = []      # positions of ready tasks others wait for
         self._leaves: list[int] = []     # positions of the other ready tasks
         self._by_type: dict[str, list[int]] = {}         # the latter by stage type
@@ -272,8 +272,7 @@ class DagRunner:
         state: dict[str, str] = {}
         seconds = expected_seconds(specs, self.cache)
         shares = StageShares(specs, seconds)
-        awaited = {d for s in specs for d in s.deps}   # tasks others wait for: their chains go first
-        ready = ReadyTasks(longest_chains_first(specs, seconds), awaited)
+        ready = ReadyTasks(longest_chains_first(specs, seconds))
         running = 0
         builds: dict[str, str] = {}  # task id -> why it builds, decided once
         finished = False
