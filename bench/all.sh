@@ -5,7 +5,8 @@
 #
 #   bash bench/all.sh NAME[:SECONDS] ...
 #
-# NAME: suite | mipmap | fit | procedural | procedural_alone | procedural_presets | procedural_fit | train_texture | ntc | ntc_scatter | ntc_updates | ntc_touched |
+# NAME: suite | mipmap | fit | procedural | procedural_one | procedural_seeds | procedural_alone | procedural_presets |
+#       procedural_fit | train_texture | ntc | ntc_scatter | ntc_updates | ntc_touched |
 #       ntc_repeat | ntc_options | backward_anatomy | neural_material | runners | scale | determinism |
 #       determinism_STAGE | studio_library | studio_library_STAGE[_SET] | rebake | library
 # SUITE_ARGS: extra pytest arguments for the suite (e.g. --ignore=tests/test_view.py where no browser is installed).
@@ -30,6 +31,14 @@ command_of() {
     # One target at a time: the GPU's own time per target, without six processes sharing it.
     procedural_alone) echo "python3 bench/procedural.py --device vulkan --workers 1" \
                           "--only checker_ramp,bricks,striped_gradient --out bench/out/procedural_alone.json" ;;
+    # The whole suite one target at a time: the seconds per target issue 44 is judged by.
+    procedural_one)  echo "python3 bench/procedural.py --device vulkan --workers 1 --out bench/out/procedural_one.json" ;;
+    # The photographs' texture loss at two more seeds: the search's own spread beside a change.
+    procedural_seeds) only="--only rust,wood"
+                     echo "python3 bench/procedural.py --device vulkan --workers 1 $only --seed 2" \
+                          "--out bench/out/procedural_seed2.json &&" \
+                          "python3 bench/procedural.py --device vulkan --workers 1 $only --seed 3" \
+                          "--out bench/out/procedural_seed3.json" ;;
     # The GPU preset against a smaller search (fewer generations and structures: less host work per
     # target), one target at a time, generated and photographed targets, in one call.
     procedural_presets) only="--only checker_ramp,bricks,striped_gradient,saw_bands,rust,wood"

@@ -159,7 +159,8 @@ def bake_target(name: str, kind: str, src: Path, reference_nodes, params: list[s
            "target_tiles": m["tiling"]["target_tiles"], "program_tiles": m["tiling"]["program_tiles"],
            "period_error": m["tiling"]["period_error"],
            "program": json.loads((out / f"{name}_proc" / "program.json").read_text())["root"],
-           "search": m["resolved_params"]["values"], "seconds": seconds.record}
+           "search": m["resolved_params"]["values"], "generations_run": m["search"]["generations_run"],
+           "seconds": seconds.record}
     if kind == "stochastic":  # trained by the stage (neural_baseline.py), in wall_s
         row["neural_texture"] = {k: m["neural_texture"][k] for k in
                                  ("octaves", "width", "layers", "weights_bytes", "steps", "psnr_db", "texture_loss")}
@@ -248,6 +249,7 @@ def row_line(row: dict) -> str:
     return (f"{row['target']:18s} {row['kind']:10s} psnr {row['psnr_db']:6.2f} dB "
             f"{'recovered' if row['recovered'] else '         '}  tex {row['texture_loss']:.2e}  "
             f"nodes {row['complexity']:2d} (ref {row['reference_complexity'] or '-'})  "
+            f"gens {row['generations_run']}/{row['search']['generations']}  "
             f"tiles {'yes' if row['program_tiles'] else 'no '}  "
             f"~{row['instructions']:4d} instr  {row['program_bytes']:5d} B vs png {row['png_bytes']} / "
             f"bc7 {row['bc7_bytes']}  {row['wall_s']:6.1f} s (cpu {row['cpu_s']:.1f} s)"

@@ -63,6 +63,10 @@ SNAP_FLOOR = 1.0 / (12 * 255 ** 2)
 DENOMINATORS = {RATIONAL: (1, 2, 4, 5, 8, 10, 20, 100, 1000), COLOUR_STEP: (1, 2, 4, 5, 10, 20, 100, 255)}
 
 
+def _db(mse: float) -> float:
+    return -10.0 * float(np.log10(max(mse, 1e-12)))
+
+
 def _at_most(image: np.ndarray, size: int) -> np.ndarray:
     """``image``, area-downsampled where it is wider than ``size``."""
     h, w = image.shape[:2]
@@ -134,6 +138,12 @@ class Candidate:
     instructions: int
     generation: int
     origin: str
+
+    @property
+    def is_copy(self) -> bool:
+        """Whether it draws its target pixel for pixel (at least STOCHASTIC_DB), not a
+        stochastic material's likeness."""
+        return _db(self.pixel_mse) >= STOCHASTIC_DB
 
     def summary(self) -> dict:
         return {"nodes": self.nodes, "instructions": self.instructions, "loss": self.loss,
@@ -344,6 +354,7 @@ class Search:
         self.seed = seed
         self.log, self.progress = log, progress
         self.evaluated: dict[str, Candidate] = {}
+        self.generations_run = 0
 
     def _fit(self, programs: Sequence[tuple[Node, str]], generation: int, fit: FitConfig,
              detail: bool = False) -> list[Candidate]:
@@ -491,6 +502,7 @@ class Search:
     def run(self) -> Candidate:
         cfg = self.config
         h, w = self.target.shape[:2]
+        top = None
         for gen in range(cfg.generations):
             if gen == 0:
                 # Every primitive, those the target's own structure locates (noise where
@@ -521,12 +533,21 @@ class Search:
                 break
             for c in self._fit(fresh, gen, cfg.fit):
                 self.evaluated[c.program.key()] = c
-            top = self.beam()[0]
+            leader, top = top, self.beam()[0]
+            self.generations_run = gen + 1
             if self.log is not None:
                 self.log.info("generation %d: %d structures fitted; best %s (%d nodes, loss %.3g)", gen, len(fresh),
                               top.program.structure().key(), top.nodes, top.loss)
             if self.progress is not None:
                 self.progress(gen + 1, total=cfg.generations, best_loss=float(top.loss))
+            if leader is not None and top.program.key() == leader.program.key() and top.is_copy \
+                    and gen + 1 < cfg.generations:
+                # A copy that a whole generation of its mutations could not better: the
+                # refinement, polish and snap perfect it; more generations only add time.
+                if self.log is not None:
+                    self.log.info("stopped after generation %d: the best is a copy (%.1f dB at the fit size) "
+                                  "and the generation found nothing better", gen, _db(top.pixel_mse))
+                break
         ranked = sorted(self.evaluated.values(), key=lambda c: (c.score, c.nodes, c.program.key()))
         leading = self._at_detail(ranked[: 2 * cfg.beam])
         best = leading[0]
@@ -568,7 +589,7 @@ class Search:
         fit = FitConfig(**{**self.config.fit.__dict__, "steps": 0})
         values = flatten(best.program)
         (r,) = fit_jobs(self.device, self.detail, self.detail_stats, [structure], [(0, values)], fit)
-        if fit.texture_weight <= 0.0 or -10.0 * np.log10(max(r.pixel_mse, 1e-12)) >= STOCHASTIC_DB:
+        if fit.texture_weight <= 0.0 or _db(r.pixel_mse) >= STOCHASTIC_DB:
             return best
         n = int(structure.attr["stops"])
         mean = r.mean_colour
@@ -610,7 +631,7 @@ class Search:
         (r,) = fit_jobs(self.device, self.detail, self.detail_stats, [best.program.structure()],
                         [(0, flatten(best.program))], FitConfig(**{**fit.__dict__, "steps": 0}))
         own = r.pixel_mse + fit.texture_weight * r.texture_loss
-        far = -10.0 * np.log10(max(r.pixel_mse, 1e-12)) < STOCHASTIC_DB
+        far = _db(r.pixel_mse) < STOCHASTIC_DB
         weights = (1.0,) + (STOCHASTIC_TEXTURE_WEIGHTS if far and fit.texture_weight > 0.0 else ())
         self.config = SearchConfig(**{**cfg.__dict__, "restarts": 1})
         try:

@@ -238,6 +238,7 @@ class Procedural(Stage):
         return StageResult(metrics=metrics, verdict=verdict, manifest={
             "source": {"width": w, "height": h, "channels": c, "alpha_ignored": c == 4},
             "search": {**used, "fit_width": fw, "fit_height": fh, "structures_fitted": len(search.evaluated),
+                       "generations_run": search.generations_run,
                        "from_command": sum(1 for c in search.evaluated.values() if c.origin == "cmd")},
             "tiling": {"target_seam_ratio": round(seam_ratio, 4), "target_tiles": seamless, "program_tiles": tile,
                        "period_error": round(seam, 6), "preview": "tile3x3.png"},
