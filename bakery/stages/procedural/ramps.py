@@ -101,11 +101,14 @@ class FieldSums:
         self.v, self.t = np.take_along_axis(fields, order, axis=1), t[order]
         self.centre = self.v.mean(axis=1)
         d = self.v - self.centre[:, None]
-        prefix = np.empty((m, pixels + 1, 9))
-        prefix[:, 0] = 0.0
-        prefix[:, 1:, 0], prefix[:, 1:, 1], prefix[:, 1:, 2] = 1.0, d, d * d
-        prefix[:, 1:, 3:6], prefix[:, 1:, 6:9] = self.t, d[:, :, None] * self.t
-        self.prefix = np.cumsum(prefix, axis=1, out=prefix)
+        # Sum by sum, each a contiguous row of pixels (the same additions in the same order
+        # as pixel by pixel, several times faster to lay out and sum).
+        t_by_channel = np.moveaxis(self.t, 2, 0)
+        prefix = np.empty((9, m, pixels + 1))
+        prefix[:, :, 0] = 0.0
+        prefix[0, :, 1:], prefix[1, :, 1:], prefix[2, :, 1:] = 1.0, d, d * d
+        prefix[3:6, :, 1:], prefix[6:9, :, 1:] = t_by_channel, d * t_by_channel
+        self.prefix = np.cumsum(prefix, axis=2, out=prefix)
         self.tt, self.size = float(np.einsum("ij,ij->", t, t)), t.size
         self.keys = np.empty(m * pixels, complex)
         self.keys.real, self.keys.imag = np.repeat(np.arange(m), pixels), self.v.reshape(-1)
@@ -126,7 +129,7 @@ class FieldSums:
             pixels = self.v.shape[1]
             below = np.searchsorted(self.keys, keys, side="left") - (f * pixels)[:, None]
             edges = np.concatenate([np.zeros((len(rows), 1), np.intp), below, np.full((len(rows), 1), pixels)], axis=1)
-            seg = self.prefix[f[:, None], edges[:, 1:]] - self.prefix[f[:, None], edges[:, :-1]]
+            seg = np.moveaxis(self.prefix[:, f[:, None], edges[:, 1:]] - self.prefix[:, f[:, None], edges[:, :-1]], 0, -1)
             colours[ordered], mses[ordered] = _solve_segments(seg, rows, self.centre[f], self.tt, self.size)
         for i in np.flatnonzero(~ordered):
             colours[i], mses[i] = solve_colours(self.v[field[i]], self.t[field[i]], q[i])
