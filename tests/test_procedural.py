@@ -817,15 +817,20 @@ def test_a_washed_out_likeness_of_a_stochastic_target_gets_its_contrast_back(dev
 def test_the_search_stops_once_a_copy_outlasts_a_generation_and_a_likeness_uses_them_all(device, tmp_path):
     """A target a program drew is matched within a generation or two; once a generation
     finds nothing better the search stops. A photograph-like target (noise no program
-    matches pixel for pixel) never becomes a copy and gets every generation."""
+    matches pixel for pixel) never becomes a copy and gets every generation, as does a
+    search whose proposer command is asked each generation."""
     short = [p for p in SMALL if not p.startswith("generations=")] + ["generations=4", "tile=no"]
     drawn = render_shader(device, program(GENERATORS["bricks"]), SIZE, SIZE)
     noise = np.random.default_rng(3).random((SIZE, SIZE, 3)).astype(np.float32)
+    script = tmp_path / "propose.py"
+    script.write_text("import json, sys\njson.load(sys.stdin)\nprint(json.dumps({'programs': []}))\n")
     runs = {}
-    for name, image in (("drawn", drawn), ("noise", noise)):
-        r = run_stage(write_png(tmp_path / f"{name}.png", image), tmp_path / name, *short)
+    for name, image, extra in (("drawn", drawn, ()), ("noise", noise, ()),
+                               ("asked", drawn, (f"proposer=cmd:{sys.executable} {script}",))):
+        r = run_stage(write_png(tmp_path / f"{name}.png", image), tmp_path / name, *short, *extra)
         assert r.exit_code == 0, r.output
         runs[name] = json.loads((tmp_path / name / "manifest.json").read_text())
     assert float(runs["drawn"]["metrics"]["psnr_db"]) >= 35.0
     assert runs["drawn"]["search"]["generations_run"] < 4
     assert runs["noise"]["search"]["generations_run"] == 4
+    assert runs["asked"]["search"]["generations_run"] == 4
