@@ -196,11 +196,15 @@ def picture(view: BundleView, name: str, caption: str, css: str = "texel") -> st
 
 def figure(image: np.ndarray, caption: str, *, full: str | None = None) -> str:
     """A thumbnail with its caption; click opens ``full`` (a link) or, without one, a
-    full-size copy embedded in the page."""
+    full-size copy embedded in the page. An image no larger than a thumbnail is embedded
+    once, the click opening the thumbnail itself (a second copy was a quarter of a page's
+    bytes)."""
     thumb = _jpeg_uri(image, THUMBNAIL)
-    target = full if full is not None else _jpeg_uri(image, FULL_SIZE_CAP)
-    return (f"<figure><img class='texel' alt='{e(caption)}' title='click: full size' src='{thumb}' "
-            f"data-full='{e(target)}'><figcaption>{e(caption)}</figcaption></figure>")
+    if full is None and max(np.shape(image)[:2]) > THUMBNAIL:
+        full = _jpeg_uri(image, FULL_SIZE_CAP)
+    data_full = f" data-full='{e(full)}'" if full is not None else ""
+    return (f"<figure><img class='texel' alt='{e(caption)}' title='click: full size' src='{thumb}'"
+            f"{data_full}><figcaption>{e(caption)}</figcaption></figure>")
 
 
 def _jpeg_uri(image: np.ndarray, side: int) -> str:

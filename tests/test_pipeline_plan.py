@@ -90,12 +90,14 @@ def test_touching_any_included_file_changes_the_key(tmp_path, touched):
     assert fingerprint_of(start, copy) != before
 
 
-def test_touching_the_orchestration_keeps_the_key(tmp_path):
+@pytest.mark.parametrize("touched", ["pipeline/executor.py", "reporting.py"])
+def test_touching_the_orchestration_or_the_reports_drawing_keeps_the_key(tmp_path, touched):
     copy = tmp_path / "bakery"
     shutil.copytree(package_root(), copy, ignore=shutil.ignore_patterns("__pycache__"))
-    before = fingerprint_of(copy / "stages" / "ntc", copy)
-    (copy / "pipeline" / "executor.py").write_text("# rewritten\n")
-    assert fingerprint_of(copy / "stages" / "ntc", copy) == before
+    before = {name: fingerprint_of(copy / "stages" / name, copy) for name in ("ntc", "procedural", "mipmap")}
+    with open(copy / touched, "a") as f:
+        f.write("\n# touched\n")
+    assert {name: fingerprint_of(copy / "stages" / name, copy) for name in before} == before
 
 
 @pytest.mark.parametrize("change", ["edit an included file", "add a file to the stage's folder", "damage the memo"])

@@ -4,6 +4,7 @@ real (headless) browser (issue 16, items 3 and 4)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 
@@ -229,5 +230,45 @@ def test_a_click_opens_an_image_full_size(tmp_path):
         assert size == [40, 300]  # the file itself, not the 256-pixel thumbnail
         page.click("#full")
         assert not page.is_visible("#full")
+        browser.close()
+    assert console == []
+
+
+def test_an_image_no_larger_than_a_thumbnail_is_embedded_once_and_a_click_opens_it(tmp_path):
+    """A difference image the page draws itself (no file to link) at most a thumbnail wide
+    is in the page once, and a click still opens it at its own size."""
+    pytest.importorskip("playwright")
+    from playwright.sync_api import sync_playwright
+
+    from bakery.formats.images import encode_png
+    from bakery.pipeline.html_report import render
+    from bakery.view.snapshot import chromium_path, launch
+
+    if chromium_path() is None:
+        pytest.skip("needs Debian's chromium (scripts/setup.sh installs it)")
+    b = tmp_path / "texture" / "a"
+    b.mkdir(parents=True)
+    img = np.random.default_rng(1).random((64, 48, 3)).astype(np.float32)
+    (b / "reference.png").write_bytes(encode_png(img))
+    (b / "preview.png").write_bytes(encode_png(np.clip(img + 0.05, 0, 1)))
+    files = [{"name": "reference.png", "role": "reference"}, {"name": "preview.png", "role": "preview"}]
+    (b / "manifest.json").write_text(json.dumps({"files": files, "metrics": {"psnr_db": 26.0}}))
+    rep = BakeReport("p.toml", "out", tasks=[TaskOutcome("texture", "a", "built", metrics={"psnr_db": 26.0})])
+    html_text = render(rep, {"texture/a": b}, root=tmp_path)
+    uris = re.findall(r"data:image/[a-z]+;base64,[A-Za-z0-9+/=]+", html_text)
+    assert len(uris) == len(set(uris)) >= 3  # three thumbnails, the difference's not twice
+    page_file = tmp_path / "report.html"
+    page_file.write_text(html_text)
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page()
+        console = []
+        page.on("console", lambda m: console.append(m.text))
+        page.goto(page_file.as_uri())
+        page.click("img.texel[alt^='difference']")
+        page.wait_for_function("document.querySelector('#full img').naturalWidth > 0")
+        assert page.is_visible("#full")
+        assert page.evaluate("[document.querySelector('#full img').naturalWidth, "
+                             "document.querySelector('#full img').naturalHeight]") == [48, 64]
         browser.close()
     assert console == []

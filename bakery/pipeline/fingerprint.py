@@ -27,8 +27,10 @@ from pathlib import Path
 from typing import Iterator
 
 PACKAGE = "bakery"
-#: Modules that orchestrate bakes but never shape a bundle's bytes.
-_NOT_CODE = ("bakery.pipeline", "bakery.cli", "bakery.__main__")
+#: Modules that orchestrate bakes or draw the report page but never shape a bundle's bytes
+#: (a stage's report section calls bakery.reporting; the page's memo of each section is
+#: salted with that module's bytes, so a change to it redraws sections, not bundles).
+_NOT_CODE = ("bakery.pipeline", "bakery.cli", "bakery.__main__", "bakery.reporting")
 #: Every stage writes through the bundle writer, so its code shapes every bundle.
 _ALWAYS = ("formats/bundle.py",)
 #: The memo's place in a pipeline's cache folder: beside the tasks' records of their keys.

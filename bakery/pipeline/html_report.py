@@ -47,7 +47,7 @@ _SCRIPT = """
 const full = document.getElementById('full'), big = full.querySelector('img');
 document.addEventListener('click', ev => {
   const t = ev.target;
-  if (t.matches && t.matches('img.texel')) { big.src = t.dataset.full; big.alt = t.alt; full.style.display = 'block'; }
+  if (t.matches && t.matches('img.texel')) { big.src = t.dataset.full || t.src; big.alt = t.alt; full.style.display = 'block'; }
   else if (full.contains(t)) { full.style.display = 'none'; big.removeAttribute('src'); }
 });
 document.addEventListener('keydown', ev => { if (ev.key === 'Escape') full.style.display = 'none'; });
