@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -192,28 +193,34 @@ params = { steps = 32, batch = 1024, width = 16, layers = 1, octaves = 3 }
         assert im.size == (1000, 800) and len(np.unique(np.asarray(im.convert("L")))) > 16  # not a blank page
 
 
-def test_a_click_opens_an_image_full_size(tmp_path):
-    """In a real browser: clicking a thumbnail shows its full-size image over the page (the
-    bundle's own file), clicking again closes it; no console message on the way."""
-    pytest.importorskip("playwright")
-    from playwright.sync_api import sync_playwright
-
+def _page_of_two_images(tmp_path, img: np.ndarray) -> Path:
+    """report.html for one bundle of a reference and a decoded image (``img`` and a copy a
+    little brighter): thumbnails of both and of the difference the page draws."""
     from bakery.formats.images import encode_png
     from bakery.pipeline.html_report import render
-    from bakery.view.snapshot import chromium_path, launch
 
-    if chromium_path() is None:
-        pytest.skip("needs Debian's chromium (scripts/setup.sh installs it)")
     b = tmp_path / "texture" / "a"
     b.mkdir(parents=True)
-    img = np.random.default_rng(0).random((300, 40, 3)).astype(np.float32)
     (b / "reference.png").write_bytes(encode_png(img))
     (b / "preview.png").write_bytes(encode_png(np.clip(img + 0.05, 0, 1)))
     files = [{"name": "reference.png", "role": "reference"}, {"name": "preview.png", "role": "preview"}]
     (b / "manifest.json").write_text(json.dumps({"files": files, "metrics": {"psnr_db": 26.0}}))
-    page_file = tmp_path / "report.html"
     rep = BakeReport("p.toml", "out", tasks=[TaskOutcome("texture", "a", "built", metrics={"psnr_db": 26.0})])
+    page_file = tmp_path / "report.html"
     page_file.write_text(render(rep, {"texture/a": b}, root=tmp_path))
+    return page_file
+
+
+def _click_full_size(page_file: Path, selector: str) -> list[int]:
+    """In a real browser: clicks the thumbnail ``selector``, checks the full-size view opens
+    and closes again without a console message, and returns the opened image's size."""
+    pytest.importorskip("playwright")
+    from playwright.sync_api import sync_playwright
+
+    from bakery.view.snapshot import chromium_path, launch
+
+    if chromium_path() is None:
+        pytest.skip("needs Debian's chromium (scripts/setup.sh installs it)")
     with sync_playwright() as p:
         browser = launch(p)
         page = browser.new_page()
@@ -222,53 +229,29 @@ def test_a_click_opens_an_image_full_size(tmp_path):
         page.on("pageerror", lambda e: console.append(str(e)))
         page.goto(page_file.as_uri())
         assert not page.is_visible("#full")
-        page.click("img.texel[alt='decoded']")
+        page.click(selector)
         page.wait_for_function("document.querySelector('#full img').naturalWidth > 0")
         assert page.is_visible("#full")
         size = page.evaluate("[document.querySelector('#full img').naturalWidth, "
                              "document.querySelector('#full img').naturalHeight]")
-        assert size == [40, 300]  # the file itself, not the 256-pixel thumbnail
         page.click("#full")
         assert not page.is_visible("#full")
         browser.close()
     assert console == []
+    return size
+
+
+def test_a_click_opens_an_image_full_size(tmp_path):
+    """Clicking a thumbnail shows its full-size image over the page (the bundle's own
+    file), clicking again closes it."""
+    page_file = _page_of_two_images(tmp_path, np.random.default_rng(0).random((300, 40, 3)).astype(np.float32))
+    assert _click_full_size(page_file, "img.texel[alt='decoded']") == [40, 300]  # not the 256-pixel thumbnail
 
 
 def test_an_image_no_larger_than_a_thumbnail_is_embedded_once_and_a_click_opens_it(tmp_path):
     """A difference image the page draws itself (no file to link) at most a thumbnail wide
     is in the page once, and a click still opens it at its own size."""
-    pytest.importorskip("playwright")
-    from playwright.sync_api import sync_playwright
-
-    from bakery.formats.images import encode_png
-    from bakery.pipeline.html_report import render
-    from bakery.view.snapshot import chromium_path, launch
-
-    if chromium_path() is None:
-        pytest.skip("needs Debian's chromium (scripts/setup.sh installs it)")
-    b = tmp_path / "texture" / "a"
-    b.mkdir(parents=True)
-    img = np.random.default_rng(1).random((64, 48, 3)).astype(np.float32)
-    (b / "reference.png").write_bytes(encode_png(img))
-    (b / "preview.png").write_bytes(encode_png(np.clip(img + 0.05, 0, 1)))
-    files = [{"name": "reference.png", "role": "reference"}, {"name": "preview.png", "role": "preview"}]
-    (b / "manifest.json").write_text(json.dumps({"files": files, "metrics": {"psnr_db": 26.0}}))
-    rep = BakeReport("p.toml", "out", tasks=[TaskOutcome("texture", "a", "built", metrics={"psnr_db": 26.0})])
-    html_text = render(rep, {"texture/a": b}, root=tmp_path)
-    uris = re.findall(r"data:image/[a-z]+;base64,[A-Za-z0-9+/=]+", html_text)
+    page_file = _page_of_two_images(tmp_path, np.random.default_rng(1).random((64, 48, 3)).astype(np.float32))
+    uris = re.findall(r"data:image/[a-z]+;base64,[A-Za-z0-9+/=]+", page_file.read_text())
     assert len(uris) == len(set(uris)) >= 3  # three thumbnails, the difference's not twice
-    page_file = tmp_path / "report.html"
-    page_file.write_text(html_text)
-    with sync_playwright() as p:
-        browser = launch(p)
-        page = browser.new_page()
-        console = []
-        page.on("console", lambda m: console.append(m.text))
-        page.goto(page_file.as_uri())
-        page.click("img.texel[alt^='difference']")
-        page.wait_for_function("document.querySelector('#full img').naturalWidth > 0")
-        assert page.is_visible("#full")
-        assert page.evaluate("[document.querySelector('#full img').naturalWidth, "
-                             "document.querySelector('#full img').naturalHeight]") == [48, 64]
-        browser.close()
-    assert console == []
+    assert _click_full_size(page_file, "img.texel[alt^='difference']") == [48, 64]
