@@ -101,8 +101,8 @@ class FieldSums:
         self.v, self.t = np.take_along_axis(fields, order, axis=1), t[order]
         self.centre = self.v.mean(axis=1)
         d = self.v - self.centre[:, None]
-        # Sum by sum, each a contiguous row of pixels (the same additions in the same order
-        # as pixel by pixel, several times faster to lay out and sum).
+        # Sum by sum, each a contiguous row of pixels: the same additions in the same order
+        # as pixel by pixel, and a quarter less time to lay out and sum.
         t_by_channel = np.moveaxis(self.t, 2, 0)
         prefix = np.empty((9, m, pixels + 1))
         prefix[:, :, 0] = 0.0
