@@ -180,9 +180,10 @@ class Procedural(Stage):
         split.lap("search")
         program = best.program
 
+        from bakery.baselines.material import same_bytes_image
+
         with SideWork() as side:   # the host's encodes beside the renders and the baseline's training
             pareto_png = side.submit("encoding", _pareto_plot, search)
-            source_png = side.submit("encoding", encode_png, image)   # its size: what a PNG would cost
             sources = {lang: codegen.generate(program, lang, (w, h), tile=tile) for lang in codegen.LANGUAGES}
             render = render_shader(device, program, w, h, sources["slang"])
             render4 = render_shader(device, program, 4 * w, 4 * h, sources["slang"])
@@ -201,8 +202,6 @@ class Procedural(Stage):
             doc = program_document(program, tile=tile)
             program_bytes = len(json.dumps(doc, separators=(",", ":")))  # the compact form an engine would store
             front = [dict(cand.summary(), program=program_document(cand.program)["root"]) for cand in search.front()]
-            from bakery.baselines.material import same_bytes_image
-
             bc7_job = side.submit("baselines", same_bytes_image, rgb, program_bytes)
             split.lap("outputs")
             with phases.time("baselines"):
@@ -212,7 +211,8 @@ class Procedural(Stage):
                 bc7 = bc7_job.result()
             split.lap("baseline")
             sizes = {"program_json": program_bytes, "params_fp32": 4 * param_count(program),
-                     "png": len(source_png.result()), "bc7": bcn.encoded_size("bc7", w, h)}
+                     "png": len(pngs["target.png"].result()),   # the source as PNG: what a PNG would cost
+                     "bc7": bcn.encoded_size("bc7", w, h)}
 
             out = ctx.out
             out.write_json("program.json", doc, role="program")
