@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from bakery.baselines.resample import downsample_area
+from bakery.imaging import psnr_from_mse
 from bakery.stages.procedural import locate, ramps, texture_stats
 from bakery.stages.procedural.dsl import (COLOUR_STEP, INTEGER, RATIONAL, Node, complexity, flatten, instructions,
                                           param_scales, param_snaps, periodic, with_params)
@@ -66,10 +67,6 @@ CONTRAST_SCALES = (1.05, 1.1, 1.15, 1.2, 1.25, 1.3, 1.4, 1.5)
 SNAP_FLOOR = 1.0 / (12 * 255 ** 2)
 #: Denominators a person writes, simplest first: a snap takes the first that keeps the loss.
 DENOMINATORS = {RATIONAL: (1, 2, 4, 5, 8, 10, 20, 100, 1000), COLOUR_STEP: (1, 2, 4, 5, 10, 20, 100, 255)}
-
-
-def _db(mse: float) -> float:
-    return -10.0 * float(np.log10(max(mse, 1e-12)))
 
 
 def _at_most(image: np.ndarray, size: int) -> np.ndarray:
@@ -541,14 +538,15 @@ class Search:
             # polish and snap perfect it, and more generations only add time. A proposer
             # command is asked every generation, as documented.
             settled = (leader is not None and top.program.key() == leader.program.key()
-                       and gen + 1 < cfg.generations and self.command is None and _db(top.pixel_mse) >= COPY_DB)
+                       and gen + 1 < cfg.generations and self.command is None
+                       and psnr_from_mse(top.pixel_mse) >= COPY_DB)
             if self.progress is not None:
                 self.progress(gen + 1, total=gen + 1 if settled else cfg.generations, best_loss=float(top.loss))
             if settled:
                 if self.log is not None:
                     self.log.info("stopped after generation %d of %d: the best draws the target (%.1f dB at the "
                                   "fit size) and the generation found nothing better", gen, cfg.generations,
-                                  _db(top.pixel_mse))
+                                  psnr_from_mse(top.pixel_mse))
                 break
         ranked = sorted(self.evaluated.values(), key=lambda c: (c.score, c.nodes, c.program.key()))
         leading = self._at_detail(ranked[: 2 * cfg.beam])
@@ -591,7 +589,7 @@ class Search:
         fit = FitConfig(**{**self.config.fit.__dict__, "steps": 0})
         values = flatten(best.program)
         (r,) = fit_jobs(self.device, self.detail, self.detail_stats, [structure], [(0, values)], fit)
-        if fit.texture_weight <= 0.0 or _db(r.pixel_mse) >= STOCHASTIC_DB:
+        if fit.texture_weight <= 0.0 or psnr_from_mse(r.pixel_mse) >= STOCHASTIC_DB:
             return best
         n = int(structure.attr["stops"])
         mean = r.mean_colour
@@ -633,7 +631,7 @@ class Search:
         (r,) = fit_jobs(self.device, self.detail, self.detail_stats, [best.program.structure()],
                         [(0, flatten(best.program))], FitConfig(**{**fit.__dict__, "steps": 0}))
         own = r.pixel_mse + fit.texture_weight * r.texture_loss
-        far = _db(r.pixel_mse) < STOCHASTIC_DB
+        far = psnr_from_mse(r.pixel_mse) < STOCHASTIC_DB
         weights = (1.0,) + (STOCHASTIC_TEXTURE_WEIGHTS if far and fit.texture_weight > 0.0 else ())
         self.config = SearchConfig(**{**cfg.__dict__, "restarts": 1})
         try:
